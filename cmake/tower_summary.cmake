@@ -1,0 +1,13 @@
+# Configure summary: what was found, and how to get what was not.
+function(tower_summary_line name found hint)
+  if(found)
+    message(STATUS "  [x] ${name}")
+  else()
+    message(STATUS "  [ ] ${name}  -- ${hint}")
+  endif()
+endfunction()
+message(STATUS "tower ${PROJECT_VERSION} (${CMAKE_BUILD_TYPE}${TOWER_SANITIZE}):")
+tower_summary_line("oneDNN ${dnnl_VERSION} (CPU kernels)" ON "")
+tower_summary_line("MPI (multi-process training)" ${TOWER_HAVE_MPI} "apt-get install libopenmpi-dev openmpi-bin")
+tower_summary_line("CUDA toolkit (GPU backend)" ${TOWER_HAVE_CUDA} "install the CUDA toolkit under /usr/local/cuda")
+tower_summary_line("NCCL (GPU all-reduce)" ${TOWER_HAVE_NCCL} "comes with the CUDA toolkit install (libnccl)")

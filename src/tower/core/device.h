@@ -1,0 +1,44 @@
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tower {
+
+enum class DeviceKind : uint8_t { cpu, cuda };
+
+// A device a tower runs on: "cpu:0", "cpu:1", ... (logical CPU devices) or "cuda:0", ...
+struct Device {
+  DeviceKind kind = DeviceKind::cpu;
+  int index = 0;
+
+  static Device parse(std::string_view text);  // throws tower::Error on a malformed string
+  std::string to_string() const;
+  bool operator==(const Device&) const = default;
+};
+
+// Parses "cpu:0,cpu:1" into devices; throws naming the bad entry.
+std::vector<Device> parse_device_list(std::string_view text);
+
+// What the machine offers.
+struct CpuInfo {
+  int num_cores = 1;          // hardware threads tower may use
+  std::string model_name;     // from /proc/cpuinfo, or "" if unknown
+  bool avx2 = false, avx512f = false, avx512_bf16 = false, amx = false;
+};
+CpuInfo cpu_info();
+
+struct CudaDeviceInfo {
+  int index = 0;
+  std::string name;
+  size_t total_memory = 0;
+};
+// CUDA GPUs visible through the driver; empty (never an error) when there is no driver or GPU.
+std::vector<CudaDeviceInfo> cuda_devices();
+
+// Splits `total_threads` cores among `num_devices` logical CPU devices as evenly as possible;
+// device i gets result[i] threads (at least 1 each).
+std::vector<int> split_cores(int total_threads, int num_devices);
+
+}  // namespace tower

@@ -1,0 +1,43 @@
+#include "tower/core/thread_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <stdexcept>
+
+#include "tower/core/error.h"
+
+namespace tower {
+
+TEST(ThreadPoolTest, ParallelForRunsEveryIndexOnce) {
+  ThreadPool pool(3);
+  std::vector<std::atomic<int>> hits(1000);
+  pool.parallel_for(1000, [&](int64_t i) { hits[static_cast<size_t>(i)]++; });
+  for (auto& h : hits) EXPECT_EQ(h.load(), 1);
+}
+
+TEST(ThreadPoolTest, ExceptionsReachTheCaller) {
+  ThreadPool pool(2);
+  EXPECT_THROW(pool.parallel_for(100,
+                                 [](int64_t i) {
+                                   if (i == 57) fail("task {} failed", i);
+                                 }),
+               Error);
+  auto future = pool.submit([] { throw std::runtime_error("boom"); });
+  EXPECT_THROW(future.get(), std::runtime_error);
+  // The pool still works after a failure.
+  std::atomic<int> sum{0};
+  pool.parallel_for(10, [&](int64_t i) { sum += static_cast<int>(i); });
+  EXPECT_EQ(sum.load(), 45);
+}
+
+TEST(ThreadPoolTest, ZeroThreadsRunsInline) {
+  ThreadPool pool(0);
+  int sum = 0;
+  pool.parallel_for(4, [&](int64_t i) { sum += static_cast<int>(i); });
+  EXPECT_EQ(sum, 6);
+  pool.submit([&] { sum = -1; }).get();
+  EXPECT_EQ(sum, -1);
+}
+
+}  // namespace tower

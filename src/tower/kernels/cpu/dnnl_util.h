@@ -1,0 +1,41 @@
+// oneDNN glue shared by the CPU kernels (only kernel files include this).
+// Naming follows oneDNN's examples: *_md, *_mem, *_pd, *_prim, *_args.
+#pragma once
+
+#include <dnnl.hpp>
+
+#include <string>
+#include <unordered_map>
+
+#include "tower/core/tensor.h"
+#include "tower/graph/graph.h"
+
+namespace tower::cpu {
+
+dnnl::engine& engine();          // the process's CPU engine
+dnnl::stream& thread_stream();   // a stream per calling thread (the device's thread)
+
+// Plain row-major descriptor for a shape (rank 1..5: a, ab, abc, abcd, abcde), f32 by default.
+dnnl::memory::desc plain_md(const Shape& shape, dnnl::memory::data_type type =
+                                                    dnnl::memory::data_type::f32);
+dnnl::memory::dims to_dims(const Shape& shape);
+// A memory object over a tensor's buffer (no copy).
+dnnl::memory make_memory(const dnnl::memory::desc& md, const Tensor& tensor);
+
+// Runs a primitive on the calling thread's stream and waits; rethrows oneDNN errors as
+// tower::Error naming the node.
+void execute(const Node& node, const dnnl::primitive& prim,
+             const std::unordered_map<int, dnnl::memory>& args);
+
+// Builds something with oneDNN (a primitive descriptor...), turning dnnl::error into a
+// tower::Error naming the node.
+template <typename F>
+auto build(const Node& node, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const dnnl::error& e) {
+    fail("{} ({}): oneDNN could not build the kernel: {}", node.name, node.op, e.what());
+  }
+}
+
+}  // namespace tower::cpu

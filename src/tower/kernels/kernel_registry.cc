@@ -1,0 +1,50 @@
+#include <omp.h>
+
+#include <map>
+
+#include "tower/kernels/kernel.h"
+
+namespace tower {
+namespace {
+std::map<std::pair<std::string, DeviceKind>, KernelFactory>& registry() {
+  static std::map<std::pair<std::string, DeviceKind>, KernelFactory> kernels;
+  return kernels;
+}
+
+class SimpleKernel : public Kernel {
+ public:
+  SimpleKernel(const Node& node, SimpleKernelFn fn) : node_(node), fn_(std::move(fn)) {}
+  void run(const KernelIO& io) override { fn_(node_, io); }
+
+ private:
+  const Node& node_;
+  SimpleKernelFn fn_;
+};
+}  // namespace
+
+KernelRegistrar::KernelRegistrar(const std::string& op, DeviceKind kind, KernelFactory factory) {
+  TOWER_CHECK_MSG(!registry().count({op, kind}), "kernel for {} registered twice", op);
+  registry()[{op, kind}] = std::move(factory);
+}
+
+const KernelFactory* find_kernel(const std::string& op, DeviceKind kind) {
+  auto it = registry().find({op, kind});
+  return it == registry().end() ? nullptr : &it->second;
+}
+
+std::vector<std::string> registered_kernels(DeviceKind kind) {
+  std::vector<std::string> names;
+  for (auto& [key, factory] : registry())
+    if (key.second == kind) names.push_back(key.first);
+  return names;
+}
+
+KernelFactory simple_kernel(SimpleKernelFn fn) {
+  return [fn = std::move(fn)](const Node& node, const KernelContext&) {
+    return std::make_unique<SimpleKernel>(node, fn);
+  };
+}
+
+void set_kernel_threads(int num_threads) { omp_set_num_threads(num_threads < 1 ? 1 : num_threads); }
+
+}  // namespace tower

@@ -1,0 +1,63 @@
+// A graph compiled for one device: the nodes needed for the fetches in a topological schedule,
+// one kernel per node instantiated once, and a memory plan that reuses buffers by liveness inside
+// one arena allocated at compile time. run() allocates nothing.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "tower/core/tensor.h"
+#include "tower/graph/graph.h"
+#include "tower/runtime/variable_store.h"
+
+namespace tower {
+
+struct ProgramOptions {
+  Device device;
+  int num_threads = 1;  // the device's compute team
+};
+
+struct ProgramStats {
+  int num_kernels = 0;
+  size_t arena_bytes = 0;       // planned (with reuse)
+  size_t unplanned_bytes = 0;   // what one buffer per value would take
+};
+
+class Program {
+ public:
+  // Compiles the nodes needed to compute `fetches` (plus `extra_targets`, nodes run for their
+  // side effects such as moving-average updates). Variables are bound to `variables`.
+  Program(const Graph& graph, std::vector<Value> fetches, VariableStore& variables,
+          ProgramOptions options, std::vector<Value> extra_targets = {});
+  ~Program();
+  Program(const Program&) = delete;
+  Program& operator=(const Program&) = delete;
+
+  // The buffer of a placeholder: fill it before run(). Throws if the placeholder is not used.
+  Tensor& input(Value placeholder);
+  bool has_input(Value placeholder) const;
+  // The value of fetches[i] after run(); valid until the next run().
+  const Tensor& output(int fetch) const;
+  int num_fetches() const;
+
+  // Runs the schedule on the calling thread. `on_fetch_ready(i)` is called as soon as fetches[i]
+  // is computed (gradient reducers start reducing while the backward pass goes on).
+  void run(uint64_t step = 0, const std::function<void(int fetch)>& on_fetch_ready = {});
+
+  const ProgramStats& stats() const;
+  // Prints "node -> device" for every scheduled node (--log_device_placement).
+  std::string placement_log() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Convenience for tests and tools: compile, feed by placeholder, run once, copy the fetches out.
+std::vector<Tensor> run_once(const Graph& graph, const std::vector<Value>& fetches,
+                             VariableStore& variables,
+                             const std::vector<std::pair<Value, const Tensor*>>& feeds,
+                             int num_threads = 1);
+
+}  // namespace tower

@@ -1,0 +1,21 @@
+// `tower models`: the built-in models with their parameter counts.
+#include <fmt/format.h>
+
+#include "command.h"
+#include "tower/models/model.h"
+
+namespace tower::cli {
+namespace {
+
+CommandRegistrar registrar{{"models", "List the built-in models", [](CLI::App& app) {
+  app.callback([] {
+    for (const std::string& name : model_names()) {
+      const ModelDef& m = get_model(name);
+      fmt::print("{:<10} {:>10} parameters  input {}  {}\n", name,
+                 count_parameters(m, m.default_input, 10), m.default_input.to_string(), m.description);
+    }
+  });
+}}};
+
+}  // namespace
+}  // namespace tower::cli

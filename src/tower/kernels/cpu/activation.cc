@@ -1,0 +1,111 @@
+// Activations with oneDNN eltwise on the flattened tensor. The Grad ops take the forward output y
+// and use oneDNN's *_use_dst_for_bwd algorithms.
+#include "tower/kernels/cpu/dnnl_util.h"
+#include "tower/kernels/kernel.h"
+
+namespace tower::cpu {
+namespace {
+
+using dnnl::algorithm;
+using dnnl::memory;
+
+dnnl::primitive_attr user_scratchpad() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+memory::desc flat_md(const Shape& shape) { return plain_md(Shape{shape.numel()}); }
+
+// oneDNN's alpha: ELU's scale (1 in TensorFlow), but ReLU's negative slope (0).
+float alpha_of(algorithm alg) {
+  return alg == algorithm::eltwise_elu || alg == algorithm::eltwise_elu_use_dst_for_bwd ? 1.0f
+                                                                                        : 0.0f;
+}
+
+class EltwiseForwardKernel : public Kernel {
+ public:
+  EltwiseForwardKernel(const Node& node, algorithm alg) : node_(node) {
+    pd_ = build(node, [&] {
+      dnnl::eltwise_forward::desc desc(dnnl::prop_kind::forward_inference, alg,
+                                       flat_md(node.inputs[0].shape()), alpha_of(alg), 0.0f);
+      return dnnl::eltwise_forward::primitive_desc(desc, user_scratchpad(), engine());
+    });
+    prim_ = dnnl::eltwise_forward(pd_);
+  }
+  size_t scratch_bytes() const override { return pd_.scratchpad_desc().get_size(); }
+  void bind(const KernelIO& io) override {
+    args_ = {{DNNL_ARG_SRC, make_memory(pd_.src_desc(), io.inputs[0])},
+             {DNNL_ARG_DST, make_memory(pd_.dst_desc(), io.outputs[0])}};
+    if (scratch_bytes() > 0)
+      args_[DNNL_ARG_SCRATCHPAD] = memory(pd_.scratchpad_desc(), engine(), io.scratch);
+  }
+  void run(const KernelIO& io) override { execute(node_, prim_, args_); }
+
+ private:
+  const Node& node_;
+  dnnl::eltwise_forward::primitive_desc pd_;
+  dnnl::eltwise_forward prim_;
+  std::unordered_map<int, memory> args_;
+};
+
+// Inputs (dy, y); `alg` is a *_use_dst_for_bwd algorithm.
+class EltwiseBackwardKernel : public Kernel {
+ public:
+  EltwiseBackwardKernel(const Node& node, algorithm alg) : node_(node) {
+    pd_ = build(node, [&] {
+      memory::desc md = flat_md(node.inputs[0].shape());
+      dnnl::eltwise_forward::desc fwd_desc(dnnl::prop_kind::forward_training, alg, md,
+                                           alpha_of(alg), 0.0f);
+      dnnl::eltwise_forward::primitive_desc fwd_pd(fwd_desc, engine());
+      dnnl::eltwise_backward::desc desc(alg, md, md, alpha_of(alg), 0.0f);
+      return dnnl::eltwise_backward::primitive_desc(desc, user_scratchpad(), engine(), fwd_pd);
+    });
+    prim_ = dnnl::eltwise_backward(pd_);
+  }
+  size_t scratch_bytes() const override { return pd_.scratchpad_desc().get_size(); }
+  void bind(const KernelIO& io) override {
+    args_ = {{DNNL_ARG_DIFF_DST, make_memory(pd_.diff_dst_desc(), io.inputs[0])},
+             {DNNL_ARG_DST, make_memory(pd_.diff_dst_desc(), io.inputs[1])},
+             {DNNL_ARG_DIFF_SRC, make_memory(pd_.diff_src_desc(), io.outputs[0])}};
+    if (scratch_bytes() > 0)
+      args_[DNNL_ARG_SCRATCHPAD] = memory(pd_.scratchpad_desc(), engine(), io.scratch);
+  }
+  void run(const KernelIO& io) override { execute(node_, prim_, args_); }
+
+ private:
+  const Node& node_;
+  dnnl::eltwise_backward::primitive_desc pd_;
+  dnnl::eltwise_backward prim_;
+  std::unordered_map<int, memory> args_;
+};
+
+template <typename K, algorithm alg>
+std::unique_ptr<Kernel> make(const Node& node, const KernelContext&) {
+  return std::make_unique<K>(node, alg);
+}
+
+KernelRegistrar relu_kernel{"Relu", DeviceKind::cpu,
+                            make<EltwiseForwardKernel, algorithm::eltwise_relu>};
+KernelRegistrar elu_kernel{"Elu", DeviceKind::cpu,
+                           make<EltwiseForwardKernel, algorithm::eltwise_elu>};
+KernelRegistrar sigmoid_kernel{"Sigmoid", DeviceKind::cpu,
+                               make<EltwiseForwardKernel, algorithm::eltwise_logistic>};
+KernelRegistrar tanh_kernel{"Tanh", DeviceKind::cpu,
+                            make<EltwiseForwardKernel, algorithm::eltwise_tanh>};
+
+KernelRegistrar relu_grad_kernel{
+    "ReluGrad", DeviceKind::cpu,
+    make<EltwiseBackwardKernel, algorithm::eltwise_relu_use_dst_for_bwd>};
+KernelRegistrar elu_grad_kernel{
+    "EluGrad", DeviceKind::cpu,
+    make<EltwiseBackwardKernel, algorithm::eltwise_elu_use_dst_for_bwd>};
+KernelRegistrar sigmoid_grad_kernel{
+    "SigmoidGrad", DeviceKind::cpu,
+    make<EltwiseBackwardKernel, algorithm::eltwise_logistic_use_dst_for_bwd>};
+KernelRegistrar tanh_grad_kernel{
+    "TanhGrad", DeviceKind::cpu,
+    make<EltwiseBackwardKernel, algorithm::eltwise_tanh_use_dst_for_bwd>};
+
+}  // namespace
+}  // namespace tower::cpu

@@ -1,0 +1,154 @@
+// FusedBatchNorm and its gradient on oneDNN batch_normalization (plain nchw / nc layout, separate
+// scale and shift), built once with a user scratchpad; AssignMovingAverage is a plain loop.
+#include "tower/ops/batch_norm.h"
+
+#include <cstring>
+
+#include "tower/kernels/cpu/dnnl_util.h"
+#include "tower/kernels/kernel.h"
+
+namespace tower::cpu {
+namespace {
+
+using flags = dnnl::normalization_flags;
+using prop = dnnl::prop_kind;
+
+bool inference(const Node& node) {
+  return node.attr<ops::BatchNormAttrs>().mode == ops::BatchNormMode::inference;
+}
+
+flags bn_flags(const Node& node) {
+  flags f = flags::use_scale | flags::use_shift;
+  return inference(node) ? f | flags::use_global_stats : f;
+}
+
+dnnl::primitive_attr user_scratchpad() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+dnnl::batch_normalization_forward::primitive_desc forward_pd(const Node& node, const Shape& x,
+                                                             prop kind) {
+  return build(node, [&] {
+    dnnl::batch_normalization_forward::desc desc(
+        kind, plain_md(x), node.attr<ops::BatchNormAttrs>().epsilon, bn_flags(node));
+    return dnnl::batch_normalization_forward::primitive_desc(desc, user_scratchpad(), engine());
+  });
+}
+
+void add_scratchpad(std::unordered_map<int, dnnl::memory>& args, const dnnl::memory::desc& md,
+                    void* scratch) {
+  if (md.get_size() > 0) args[DNNL_ARG_SCRATCHPAD] = dnnl::memory(md, engine(), scratch);
+}
+
+// Inputs (x, gamma, beta, moving_mean, moving_var) -> (y, mean, variance).
+class FusedBatchNormKernel : public Kernel {
+ public:
+  explicit FusedBatchNormKernel(const Node& node)
+      : node_(node),
+        inference_(inference(node)),
+        bn_pd_(forward_pd(node, node.inputs[0].shape(),
+                          inference_ ? prop::forward_inference : prop::forward_training)),
+        bn_prim_(bn_pd_) {}
+
+  size_t scratch_bytes() const override { return bn_pd_.scratchpad_desc().get_size(); }
+
+  void bind(const KernelIO& io) override {
+    dnnl::memory::desc c_md = plain_md(io.inputs[1].shape());
+    args_[DNNL_ARG_SRC] = make_memory(bn_pd_.src_desc(), io.inputs[0]);
+    args_[DNNL_ARG_DST] = make_memory(bn_pd_.dst_desc(), io.outputs[0]);
+    args_[DNNL_ARG_SCALE] = make_memory(c_md, io.inputs[1]);
+    args_[DNNL_ARG_SHIFT] = make_memory(c_md, io.inputs[2]);
+    // Training computes the statistics into outputs 1 and 2; inference reads the moving ones.
+    const Tensor& mean = inference_ ? io.inputs[3] : io.outputs[1];
+    const Tensor& variance = inference_ ? io.inputs[4] : io.outputs[2];
+    args_[DNNL_ARG_MEAN] = make_memory(c_md, mean);
+    args_[DNNL_ARG_VARIANCE] = make_memory(c_md, variance);
+    add_scratchpad(args_, bn_pd_.scratchpad_desc(), io.scratch);
+  }
+
+  void run(const KernelIO& io) override {
+    execute(node_, bn_prim_, args_);
+    if (inference_) {  // the statistics used, for FusedBatchNormGrad
+      std::memcpy(const_cast<Tensor&>(io.outputs[1]).raw_data(), io.inputs[3].raw_data(),
+                  io.inputs[3].nbytes());
+      std::memcpy(const_cast<Tensor&>(io.outputs[2]).raw_data(), io.inputs[4].raw_data(),
+                  io.inputs[4].nbytes());
+    }
+  }
+
+ private:
+  const Node& node_;
+  bool inference_;
+  dnnl::batch_normalization_forward::primitive_desc bn_pd_;
+  dnnl::batch_normalization_forward bn_prim_;
+  std::unordered_map<int, dnnl::memory> args_;
+};
+
+// Inputs (dy, x, gamma, beta, mean, variance) -> (dx, dgamma, dbeta).
+class FusedBatchNormGradKernel : public Kernel {
+ public:
+  explicit FusedBatchNormGradKernel(const Node& node) : node_(node) {
+    const Shape& x = node.inputs[1].shape();
+    auto hint_pd = forward_pd(node, x, prop::forward_training);
+    bn_pd_ = build(node, [&] {
+      dnnl::batch_normalization_backward::desc desc(prop::backward, plain_md(x), plain_md(x),
+                                                    node.attr<ops::BatchNormAttrs>().epsilon,
+                                                    bn_flags(node));
+      return dnnl::batch_normalization_backward::primitive_desc(desc, user_scratchpad(), engine(),
+                                                                hint_pd);
+    });
+    bn_prim_ = dnnl::batch_normalization_backward(bn_pd_);
+  }
+
+  size_t scratch_bytes() const override { return bn_pd_.scratchpad_desc().get_size(); }
+
+  void bind(const KernelIO& io) override {
+    dnnl::memory::desc c_md = plain_md(io.inputs[2].shape());
+    args_[DNNL_ARG_DIFF_DST] = make_memory(bn_pd_.diff_dst_desc(), io.inputs[0]);
+    args_[DNNL_ARG_SRC] = make_memory(bn_pd_.src_desc(), io.inputs[1]);
+    args_[DNNL_ARG_SCALE] = make_memory(c_md, io.inputs[2]);
+    args_[DNNL_ARG_SHIFT] = make_memory(c_md, io.inputs[3]);  // unused, but required by 2.6
+    args_[DNNL_ARG_MEAN] = make_memory(c_md, io.inputs[4]);
+    args_[DNNL_ARG_VARIANCE] = make_memory(c_md, io.inputs[5]);
+    args_[DNNL_ARG_DIFF_SRC] = make_memory(bn_pd_.diff_src_desc(), io.outputs[0]);
+    args_[DNNL_ARG_DIFF_SCALE] = make_memory(c_md, io.outputs[1]);
+    args_[DNNL_ARG_DIFF_SHIFT] = make_memory(c_md, io.outputs[2]);
+    add_scratchpad(args_, bn_pd_.scratchpad_desc(), io.scratch);
+  }
+
+  void run(const KernelIO&) override { execute(node_, bn_prim_, args_); }
+
+ private:
+  const Node& node_;
+  dnnl::batch_normalization_backward::primitive_desc bn_pd_;
+  dnnl::batch_normalization_backward bn_prim_;
+  std::unordered_map<int, dnnl::memory> args_;
+};
+
+KernelRegistrar batch_norm_kernel{"FusedBatchNorm", DeviceKind::cpu,
+                                  [](const Node& node, const KernelContext&) {
+                                    return std::make_unique<FusedBatchNormKernel>(node);
+                                  }};
+KernelRegistrar batch_norm_grad_kernel{"FusedBatchNormGrad", DeviceKind::cpu,
+                                       [](const Node& node, const KernelContext&) {
+                                         return std::make_unique<FusedBatchNormGradKernel>(node);
+                                       }};
+
+// Input 0 is a view of the variable's storage (the runtime binds Variable nodes to it), so the
+// update lands in the variable itself.
+KernelRegistrar assign_moving_average_kernel{
+    "AssignMovingAverage", DeviceKind::cpu, simple_kernel([](const Node& node, const KernelIO& io) {
+      float decay = node.attr<ops::AssignMovingAverageAttrs>().decay;
+      float* variable = const_cast<Tensor&>(io.inputs[0]).data<float>();
+      const float* value = io.inputs[1].data<float>();
+      float* out = const_cast<Tensor&>(io.outputs[0]).data<float>();
+      for (int64_t i = 0; i < io.inputs[0].numel(); ++i) {
+        variable[i] = decay * variable[i] + (1.0f - decay) * value[i];
+        out[i] = variable[i];
+      }
+    })};
+
+}  // namespace
+}  // namespace tower::cpu

@@ -1,0 +1,78 @@
+// MatMul on the oneDNN matmul primitive. Transposes are expressed in the memory descriptors
+// (format tag ba), so nothing is copied. The primitive is built once at compile time with a user
+// scratchpad, which the runtime plans like any other buffer.
+#include "tower/ops/matmul.h"
+
+#include <algorithm>
+
+#include "tower/kernels/cpu/dnnl_util.h"
+#include "tower/kernels/kernel.h"
+
+namespace tower::cpu {
+namespace {
+
+using tag = dnnl::memory::format_tag;
+using dt = dnnl::memory::data_type;
+
+class MatMulKernel : public Kernel {
+ public:
+  explicit MatMulKernel(const Node& node) : node_(node) {
+    const auto& attrs = node.attr<ops::MatMulAttrs>();
+    const Shape& a = node.inputs[0].shape();
+    const Shape& y = node.outputs[0].shape;
+    bool ta = attrs.transpose_a == ops::Transpose::yes;
+    bool tb = attrs.transpose_b == ops::Transpose::yes;
+    int64_t m = y[0], n = y[1], k = ta ? a[0] : a[1];
+    if (m == 0 || n == 0) return;  // nothing to compute
+    if (k == 0) {                  // an empty sum: y = 0
+      zero_ = true;
+      return;
+    }
+    dnnl::memory::desc a_md({m, k}, dt::f32, ta ? tag::ba : tag::ab);
+    dnnl::memory::desc b_md({k, n}, dt::f32, tb ? tag::ba : tag::ab);
+    dnnl::memory::desc y_md({m, n}, dt::f32, tag::ab);
+    matmul_pd_ = build(node, [&] {
+      dnnl::primitive_attr attr;
+      attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+      return dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, b_md, y_md), attr, engine());
+    });
+    matmul_prim_ = dnnl::matmul(matmul_pd_);
+    active_ = true;
+  }
+
+  size_t scratch_bytes() const override {
+    return active_ ? matmul_pd_.scratchpad_desc().get_size() : 0;
+  }
+
+  void bind(const KernelIO& io) override {
+    if (!active_) return;
+    args_[DNNL_ARG_SRC] = make_memory(matmul_pd_.src_desc(), io.inputs[0]);
+    args_[DNNL_ARG_WEIGHTS] = make_memory(matmul_pd_.weights_desc(), io.inputs[1]);
+    args_[DNNL_ARG_DST] = make_memory(matmul_pd_.dst_desc(), io.outputs[0]);
+    if (scratch_bytes() > 0)
+      args_[DNNL_ARG_SCRATCHPAD] = dnnl::memory(matmul_pd_.scratchpad_desc(), engine(), io.scratch);
+  }
+
+  void run(const KernelIO& io) override {
+    if (zero_) {
+      Tensor& y = const_cast<Tensor&>(io.outputs[0]);
+      std::fill_n(y.data<float>(), y.numel(), 0.0f);
+    }
+    if (!active_) return;
+    execute(node_, matmul_prim_, args_);
+  }
+
+ private:
+  const Node& node_;
+  bool active_ = false, zero_ = false;
+  dnnl::matmul::primitive_desc matmul_pd_;
+  dnnl::matmul matmul_prim_;
+  std::unordered_map<int, dnnl::memory> args_;
+};
+
+KernelRegistrar matmul_kernel{
+    "MatMul", DeviceKind::cpu,
+    [](const Node& node, const KernelContext&) { return std::make_unique<MatMulKernel>(node); }};
+
+}  // namespace
+}  // namespace tower::cpu

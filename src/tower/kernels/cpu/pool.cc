@@ -1,0 +1,140 @@
+// Pooling with oneDNN on plain NCHW (pooling is memory-bound, a layout change would not pay).
+// MaxPoolGrad has only x and dy: it reruns the forward pass into scratch to get oneDNN's
+// workspace (the argmax), then runs the backward pass.
+#include "tower/ops/pool.h"
+
+#include <optional>
+
+#include "tower/kernels/cpu/dnnl_util.h"
+#include "tower/kernels/kernel.h"
+
+namespace tower::cpu {
+namespace {
+
+using dnnl::memory;
+
+constexpr size_t align64(size_t n) { return (n + 63) / 64 * 64; }
+
+dnnl::algorithm algorithm_of(bool is_max) {
+  // TensorFlow's average ignores padded positions, as does its max.
+  return is_max ? dnnl::algorithm::pooling_max : dnnl::algorithm::pooling_avg_exclude_padding;
+}
+
+dnnl::primitive_attr user_scratchpad() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+dnnl::pooling_forward::primitive_desc forward_pd(dnnl::prop_kind prop, bool is_max, const Shape& x,
+                                                 const Shape& y, const ops::PoolAttrs& a) {
+  ops::AxisPadding ph = ops::axis_padding(x[2], a.ksize[0], a.strides[0], a.padding);
+  ops::AxisPadding pw = ops::axis_padding(x[3], a.ksize[1], a.strides[1], a.padding);
+  dnnl::pooling_forward::desc desc(prop, algorithm_of(is_max), plain_md(x), plain_md(y),
+                                   {a.strides[0], a.strides[1]}, {a.ksize[0], a.ksize[1]},
+                                   {ph.before, pw.before}, {ph.after, pw.after});
+  return {desc, user_scratchpad(), engine()};
+}
+
+class PoolForwardKernel : public Kernel {
+ public:
+  PoolForwardKernel(const Node& node, bool is_max) : node_(node) {
+    pd_ = build(node, [&] {
+      return forward_pd(dnnl::prop_kind::forward_inference, is_max, node.inputs[0].shape(),
+                        node.outputs[0].shape, node.attr<ops::PoolAttrs>());
+    });
+    prim_ = dnnl::pooling_forward(pd_);
+  }
+  size_t scratch_bytes() const override { return pd_.scratchpad_desc().get_size(); }
+  void bind(const KernelIO& io) override {
+    args_ = {{DNNL_ARG_SRC, make_memory(pd_.src_desc(), io.inputs[0])},
+             {DNNL_ARG_DST, make_memory(pd_.dst_desc(), io.outputs[0])}};
+    if (scratch_bytes() > 0)
+      args_[DNNL_ARG_SCRATCHPAD] = memory(pd_.scratchpad_desc(), engine(), io.scratch);
+  }
+  void run(const KernelIO& io) override { execute(node_, prim_, args_); }
+
+ private:
+  const Node& node_;
+  dnnl::pooling_forward::primitive_desc pd_;
+  dnnl::pooling_forward prim_;
+  std::unordered_map<int, memory> args_;
+};
+
+// Scratch layout: [forward scratchpad | backward scratchpad | y | workspace]; the last two only
+// for max pooling.
+class PoolBackwardKernel : public Kernel {
+ public:
+  PoolBackwardKernel(const Node& node, bool is_max) : node_(node), is_max_(is_max) {
+    const Shape& dy = node.inputs[is_max ? 1 : 0].shape();
+    const Shape& dx = node.outputs[0].shape;
+    const ops::PoolAttrs& a =
+        is_max ? node.attr<ops::PoolAttrs>() : node.attr<ops::PoolGradAttrs>().pool;
+    build(node, [&] {
+      fwd_pd_ = forward_pd(dnnl::prop_kind::forward_training, is_max, dx, dy, a);
+      ops::AxisPadding ph = ops::axis_padding(dx[2], a.ksize[0], a.strides[0], a.padding);
+      ops::AxisPadding pw = ops::axis_padding(dx[3], a.ksize[1], a.strides[1], a.padding);
+      dnnl::pooling_backward::desc desc(algorithm_of(is_max), plain_md(dx), plain_md(dy),
+                                        {a.strides[0], a.strides[1]}, {a.ksize[0], a.ksize[1]},
+                                        {ph.before, pw.before}, {ph.after, pw.after});
+      bwd_pd_ = dnnl::pooling_backward::primitive_desc(desc, user_scratchpad(), engine(), fwd_pd_);
+      return 0;
+    });
+    bwd_prim_ = dnnl::pooling_backward(bwd_pd_);
+    if (is_max_) fwd_prim_ = dnnl::pooling_forward(fwd_pd_);
+    bwd_scratchpad_at_ = align64(is_max_ ? fwd_pd_.scratchpad_desc().get_size() : 0);
+    y_at_ = bwd_scratchpad_at_ + align64(bwd_pd_.scratchpad_desc().get_size());
+    workspace_at_ = y_at_ + (is_max_ ? align64(fwd_pd_.dst_desc().get_size()) : 0);
+    scratch_bytes_ = workspace_at_ + (is_max_ ? align64(fwd_pd_.workspace_desc().get_size()) : 0);
+  }
+
+  size_t scratch_bytes() const override { return scratch_bytes_; }
+
+  void bind(const KernelIO& io) override {
+    auto* scratch = static_cast<char*>(io.scratch);
+    const Tensor& dy = io.inputs[is_max_ ? 1 : 0];
+    bwd_args_ = {{DNNL_ARG_DIFF_DST, make_memory(bwd_pd_.diff_dst_desc(), dy)},
+                 {DNNL_ARG_DIFF_SRC, make_memory(bwd_pd_.diff_src_desc(), io.outputs[0])}};
+    if (bwd_pd_.scratchpad_desc().get_size() > 0)
+      bwd_args_[DNNL_ARG_SCRATCHPAD] =
+          memory(bwd_pd_.scratchpad_desc(), engine(), scratch + bwd_scratchpad_at_);
+    if (!is_max_) return;
+    memory workspace(fwd_pd_.workspace_desc(), engine(), scratch + workspace_at_);
+    bwd_args_[DNNL_ARG_WORKSPACE] = workspace;
+    fwd_args_ = {{DNNL_ARG_SRC, make_memory(fwd_pd_.src_desc(), io.inputs[0])},
+                 {DNNL_ARG_DST, memory(fwd_pd_.dst_desc(), engine(), scratch + y_at_)},
+                 {DNNL_ARG_WORKSPACE, workspace}};
+    if (fwd_pd_.scratchpad_desc().get_size() > 0)
+      fwd_args_[DNNL_ARG_SCRATCHPAD] = memory(fwd_pd_.scratchpad_desc(), engine(), scratch);
+  }
+
+  void run(const KernelIO& io) override {
+    if (is_max_) execute(node_, *fwd_prim_, fwd_args_);
+    execute(node_, bwd_prim_, bwd_args_);
+  }
+
+ private:
+  const Node& node_;
+  bool is_max_;
+  dnnl::pooling_forward::primitive_desc fwd_pd_;
+  dnnl::pooling_backward::primitive_desc bwd_pd_;
+  std::optional<dnnl::pooling_forward> fwd_prim_;
+  dnnl::pooling_backward bwd_prim_;
+  size_t bwd_scratchpad_at_ = 0, y_at_ = 0, workspace_at_ = 0, scratch_bytes_ = 0;
+  std::unordered_map<int, memory> fwd_args_, bwd_args_;
+};
+
+template <typename K, bool is_max>
+std::unique_ptr<Kernel> make(const Node& node, const KernelContext&) {
+  return std::make_unique<K>(node, is_max);
+}
+
+KernelRegistrar max_pool_kernel{"MaxPool", DeviceKind::cpu, make<PoolForwardKernel, true>};
+KernelRegistrar avg_pool_kernel{"AvgPool", DeviceKind::cpu, make<PoolForwardKernel, false>};
+KernelRegistrar max_pool_grad_kernel{"MaxPoolGrad", DeviceKind::cpu,
+                                     make<PoolBackwardKernel, true>};
+KernelRegistrar avg_pool_grad_kernel{"AvgPoolGrad", DeviceKind::cpu,
+                                     make<PoolBackwardKernel, false>};
+
+}  // namespace
+}  // namespace tower::cpu

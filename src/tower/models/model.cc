@@ -1,0 +1,78 @@
+#include "tower/models/model.h"
+
+#include <map>
+
+#include "tower/ops/math.h"
+#include "tower/ops/matmul.h"
+#include "tower/ops/nn_loss.h"
+#include "tower/ops/activation.h"
+#include "tower/ops/bias.h"
+
+namespace tower {
+namespace {
+std::map<std::string, ModelDef>& registry() {
+  static std::map<std::string, ModelDef> models;
+  return models;
+}
+}  // namespace
+
+ModelRegistrar::ModelRegistrar(ModelDef def) {
+  std::string name = def.name;
+  registry().emplace(std::move(name), std::move(def));
+}
+
+const ModelDef& get_model(const std::string& name) {
+  auto it = registry().find(name);
+  if (it == registry().end()) {
+    std::string known;
+    for (auto& [n, d] : registry()) known += (known.empty() ? "" : ", ") + n;
+    fail("unknown model '{}': expected one of {}", name, known);
+  }
+  return it->second;
+}
+
+std::vector<std::string> model_names() {
+  std::vector<std::string> names;
+  for (auto& [n, d] : registry()) names.push_back(n);
+  return names;
+}
+
+int64_t count_parameters(const ModelDef& model, const Shape& input, int num_classes) {
+  Graph graph;
+  Scope scope(graph);
+  std::vector<int64_t> dims = {1};
+  for (int64_t d : input.dims()) dims.push_back(d);
+  model.build(scope, scope.placeholder("images", Shape(dims)), num_classes, Mode::train);
+  int64_t total = 0;
+  for (const VariableInfo& v : graph.trainable_variables()) total += v.spec.shape.numel();
+  return total;
+}
+
+LossOutputs classification_loss(const Scope& scope, Value logits, Value labels) {
+  Value xent = ops::sparse_softmax_cross_entropy_with_logits(scope, logits, labels);
+  Value mean = ops::reduce_mean(scope, xent);
+  Graph& graph = scope.graph();
+  graph.add_to_collection("losses", mean);
+  std::string prefix = scope.name_prefix().empty() ? "" : scope.name_prefix() + "/";
+  return {ops::add_n(scope, graph.get_collection("losses", prefix)), mean};
+}
+
+Value variable_with_weight_decay(const Scope& scope, const std::string& name, Shape shape,
+                                 Initializer init, float wd) {
+  Value var = scope.get_variable(name, std::move(shape), init);
+  if (wd > 0.0f)
+    scope.graph().add_to_collection("losses",
+                                    ops::scale(scope, ops::l2_loss(scope, var), wd));
+  return var;
+}
+
+Value dense(const Scope& scope, Value x, int64_t out, Initializer w_init, float bias_init,
+            float wd, Activation activation) {
+  if (x.shape().rank() != 2) x = ops::flatten(scope, x);
+  Value w = variable_with_weight_decay(scope, "weights", Shape{x.shape()[1], out}, w_init, wd);
+  Value b = scope.get_variable("biases", Shape{out}, Initializer::constant(bias_init));
+  Value y = ops::bias_add(scope, ops::matmul(scope, x, w), b);
+  return activation == Activation::relu ? ops::relu(scope, y) : y;
+}
+
+}  // namespace tower

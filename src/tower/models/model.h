@@ -1,0 +1,57 @@
+// Built-in models. Each is a plain model function that adds its layers under a Scope and returns
+// the logits; models register themselves (one static ModelRegistrar per model file).
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "tower/graph/graph.h"
+
+namespace tower {
+
+enum class Mode : uint8_t { train, eval };
+
+struct ModelOutputs {
+  Value logits;                // (N, num_classes)
+  std::vector<Value> updates;  // moving-average updates (batch norm), run in training
+};
+
+// images: (N, C, H, W) f32. Weight-decay terms are added to the graph's "losses" collection
+// under the scope's name prefix, like the classic program.
+using ModelFn = std::function<ModelOutputs(const Scope& scope, Value images, int num_classes, Mode mode)>;
+
+struct ModelDef {
+  std::string name;
+  std::string description;
+  Shape default_input;  // (C, H, W) the model is meant for
+  ModelFn build;
+};
+
+const ModelDef& get_model(const std::string& name);  // throws listing the known models
+std::vector<std::string> model_names();
+struct ModelRegistrar {
+  explicit ModelRegistrar(ModelDef def);
+};
+
+// Number of trainable parameters of a model built for `input` (C, H, W).
+int64_t count_parameters(const ModelDef& model, const Shape& input, int num_classes);
+
+// The classic tower loss: mean sparse softmax cross-entropy added to the "losses" collection,
+// returned with the sum of every loss of that collection under the scope's name prefix.
+struct LossOutputs {
+  Value total_loss;     // cross-entropy + weight decay
+  Value cross_entropy;  // mean over the batch
+};
+LossOutputs classification_loss(const Scope& scope, Value logits, Value labels);
+
+// Layer helpers shared by the models.
+// A variable with an L2 weight-decay term wd * l2_loss(var) in "losses" when wd > 0.
+Value variable_with_weight_decay(const Scope& scope, const std::string& name, Shape shape,
+                                 Initializer init, float wd);
+// Fully connected layer: x (N, in) -> (N, out), optional relu.
+enum class Activation : uint8_t { none, relu };
+Value dense(const Scope& scope, Value x, int64_t out, Initializer w_init, float bias_init,
+            float wd, Activation activation);
+
+}  // namespace tower

@@ -1,0 +1,21 @@
+// Elementwise activations on f32 tensors of any shape. Each gradient is a dedicated op computed
+// from the output y (ReluGrad(dy, y), ...), so x need not be kept alive for backprop.
+#pragma once
+
+#include "tower/graph/graph.h"
+
+namespace tower::ops {
+
+Value relu(const Scope& s, Value x);
+Value elu(const Scope& s, Value x);      // x > 0 ? x : exp(x) - 1
+Value sigmoid(const Scope& s, Value x);  // 1 / (1 + exp(-x))
+Value tanh(const Scope& s, Value x);
+
+// dx given dy and the activation's output y (ops "ReluGrad", "EluGrad", "SigmoidGrad",
+// "TanhGrad"), for dy and y of one shape.
+Value relu_grad(const Scope& s, Value dy, Value y);
+Value elu_grad(const Scope& s, Value dy, Value y);
+Value sigmoid_grad(const Scope& s, Value dy, Value y);
+Value tanh_grad(const Scope& s, Value dy, Value y);
+
+}  // namespace tower::ops

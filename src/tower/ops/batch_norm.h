@@ -1,0 +1,41 @@
+// Batch normalization of x (N, C, H, W) NCHW or (N, C), per channel over the other axes.
+#pragma once
+
+#include <vector>
+
+#include "tower/graph/graph.h"
+
+namespace tower::ops {
+
+enum class BatchNormMode : uint8_t { training, inference };
+
+struct BatchNormAttrs {
+  using Mode = BatchNormMode;
+  float epsilon = 1e-3f;
+  float momentum = 0.99f;  // decay of the moving averages
+  Mode mode = Mode::training;
+};
+
+struct AssignMovingAverageAttrs {
+  float decay = 0.99f;
+};
+
+struct BatchNormResult {
+  Value y;
+  // Training only: the moving-average updates, to run as extra targets of the training step.
+  std::vector<Value> updates;
+};
+
+// y = gamma * (x - mean) / sqrt(var + epsilon) + beta; gamma, beta, moving_mean and moving_var
+// are (C,). Training normalizes with the batch statistics and returns updates of the moving
+// averages (the variance one with Bessel's correction, as TF and PyTorch do); inference normalizes
+// with the moving averages. Op "FusedBatchNorm" (outputs y, batch mean, batch variance as used),
+// gradient op "FusedBatchNormGrad" (dx, dgamma, dbeta).
+BatchNormResult batch_norm(const Scope& s, Value x, Value gamma, Value beta, Value moving_mean,
+                           Value moving_var, BatchNormAttrs attrs = {});
+
+// variable = decay * variable + (1 - decay) * value, written into the variable's storage when run;
+// the output is the new value. Op "AssignMovingAverage".
+Value assign_moving_average(const Scope& s, Value variable, Value value, float decay);
+
+}  // namespace tower::ops

@@ -1,0 +1,44 @@
+// 2-D convolution on NCHW f32 images with OIHW (K, C, KH, KW) filters, TensorFlow padding rules.
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include "tower/graph/graph.h"
+
+namespace tower::ops {
+
+// SAME: out = ceil(in / stride), zero padding split as TensorFlow does (the odd pixel after).
+// VALID: no padding, out = ceil((in - k + 1) / stride).
+enum class Padding { same, valid };
+
+struct Conv2DAttrs {
+  std::array<int64_t, 2> strides{1, 1};
+  Padding padding = Padding::same;
+};
+
+// Conv2DBackpropInput (inputs w, dy) and Conv2DBackpropFilter (inputs x, dy): `shape` is the
+// shape of the gradient they produce (of x, resp. of w), which dy alone does not determine.
+struct Conv2DBackpropAttrs {
+  Conv2DAttrs conv;
+  Shape shape;
+};
+
+// Padding of one spatial axis, as TensorFlow computes it.
+struct AxisPadding {
+  int64_t out = 0;
+  int64_t before = 0;
+  int64_t after = 0;
+};
+// Output size and padding for one axis; out <= 0 when a VALID window does not fit.
+AxisPadding axis_padding(int64_t in, int64_t k, int64_t stride, Padding padding);
+
+// x (N, C, H, W), w (K, C, KH, KW) -> (N, K, OH, OW).
+Value conv2d(const Scope& s, Value x, Value w, const Conv2DAttrs& attrs = {});
+// The adjoints of conv2d with respect to x and to w.
+Value conv2d_backprop_input(const Scope& s, Value w, Value dy, const Shape& x_shape,
+                            const Conv2DAttrs& attrs);
+Value conv2d_backprop_filter(const Scope& s, Value x, Value dy, const Shape& w_shape,
+                             const Conv2DAttrs& attrs);
+
+}  // namespace tower::ops

@@ -1,0 +1,167 @@
+#include "tower/parallel/data_parallel.h"
+
+#include <cstdio>
+#include <cstring>
+#include <exception>
+
+#include "tower/graph/gradients.h"
+
+namespace tower {
+
+DataParallel::DataParallel(const Shape& example_shape, int64_t global_batch,
+                           const TowerFn& tower_fn, DataParallelOptions options)
+    : global_batch_(global_batch) {
+  const int n = static_cast<int>(options.devices.size());
+  if (n == 0) fail("no devices given: pass --devices cpu:0,... or --num_devices N");
+  if (global_batch < n)
+    fail("the global batch ({}) is smaller than the number of towers ({}): every tower needs at "
+         "least one example",
+         global_batch, n);
+  std::vector<int> threads = options.threads;
+  if (threads.empty()) threads = split_cores(cpu_info().num_cores, n);
+  TOWER_CHECK(static_cast<int>(threads.size()) == n);
+  graph_.seed = options.seed;
+
+  Scope root(graph_);
+  int64_t offset = 0;
+  towers_.resize(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    Tower& t = towers_[static_cast<size_t>(i)];
+    t.device = options.devices[static_cast<size_t>(i)];
+    t.threads = threads[static_cast<size_t>(i)];
+    t.batch = global_batch / n + (i < global_batch % n ? 1 : 0);
+    t.offset = offset;
+    offset += t.batch;
+    Scope scope = root.name_scope(fmt::format("tower_{}", i))
+                      .with_device(t.device)
+                      .with_reuse(i == 0 ? Reuse::no : Reuse::yes);
+    std::vector<int64_t> dims = {t.batch};
+    for (int64_t d : example_shape.dims()) dims.push_back(d);
+    t.images = scope.placeholder("images", Shape(dims));
+    t.labels = scope.placeholder("labels", Shape{t.batch}, DType::i32);
+    t.outputs = tower_fn(scope, t.images, t.labels);
+    if (i == 0) trainable_ = graph_.trainable_variables();
+    std::vector<Value> xs;
+    for (const VariableInfo& v : trainable_) xs.push_back(v.value);
+    t.grads = gradients(scope.name_scope("gradients"), t.outputs.loss, xs);
+    for (size_t v = 0; v < xs.size(); ++v)
+      if (!t.grads[v].defined())
+        fail("variable '{}' is trainable but the loss does not depend on it", trainable_[v].name);
+  }
+
+  // Variables: one master copy (central) or one replica per tower (allreduce), all initialized
+  // identically.
+  const int num_replicas = options.strategy == Strategy::central ? 1 : n;
+  for (int r = 0; r < num_replicas; ++r) {
+    replicas_.push_back(std::make_unique<VariableStore>(towers_[static_cast<size_t>(r)].device));
+    replicas_.back()->initialize(graph_, options.seed);
+  }
+
+  std::vector<std::vector<Tensor>> grad_buffers;
+  std::vector<float> weights;
+  for (int i = 0; i < n; ++i) {
+    Tower& t = towers_[static_cast<size_t>(i)];
+    std::vector<Value> fetches = {t.outputs.loss};
+    fetches.insert(fetches.end(), t.outputs.metrics.begin(), t.outputs.metrics.end());
+    fetches.insert(fetches.end(), t.grads.begin(), t.grads.end());
+    VariableStore& vars = *replicas_[static_cast<size_t>(num_replicas == 1 ? 0 : i)];
+    t.program = std::make_unique<Program>(graph_, fetches, vars, ProgramOptions{t.device, t.threads},
+                                          i == 0 ? t.outputs.updates : std::vector<Value>{});
+    t.worker = std::make_unique<ThreadPool>(1);
+    std::vector<Tensor> views;
+    const int first_grad = 1 + static_cast<int>(t.outputs.metrics.size());
+    for (size_t v = 0; v < t.grads.size(); ++v)
+      views.push_back(t.program->output(first_grad + static_cast<int>(v)).view());
+    grad_buffers.push_back(std::move(views));
+    weights.push_back(static_cast<float>(t.batch) / static_cast<float>(global_batch));
+  }
+  reducer_ = options.strategy == Strategy::central
+                 ? make_central_reducer(std::move(grad_buffers), std::move(weights))
+                 : make_allreduce_reducer(std::move(grad_buffers), std::move(weights),
+                                          options.bucket_bytes);
+}
+
+DataParallel::~DataParallel() = default;
+
+int64_t DataParallel::tower_batch(int tower) const { return towers_.at(static_cast<size_t>(tower)).batch; }
+
+StepResult DataParallel::step(const Tensor& images, const Tensor& labels, uint64_t step) {
+  if (images.shape().rank() < 1 || images.shape()[0] != global_batch_ ||
+      labels.shape() != Shape{global_batch_})
+    fail("batch of shape {} with labels {} does not match the global batch size {}",
+         images.shape().to_string(), labels.shape().to_string(), global_batch_);
+  reducer_->begin_step();
+  std::vector<std::future<void>> running;
+  for (size_t i = 0; i < towers_.size(); ++i) {
+    Tower& t = towers_[i];
+    t.program->input(t.images).copy_from(images.slice(t.offset, t.offset + t.batch));
+    t.program->input(t.labels).copy_from(labels.slice(t.offset, t.offset + t.batch));
+    running.push_back(t.worker->submit([this, &t, i, step] {
+      const int first_grad = 1 + static_cast<int>(t.outputs.metrics.size());
+      try {
+        t.program->run(step, [&](int fetch) {
+          if (fetch >= first_grad) reducer_->ready(static_cast<int>(i), fetch - first_grad);
+        });
+      } catch (...) {
+        reducer_->abort();  // the others must not wait for this tower's gradients
+        throw;
+      }
+    }));
+  }
+  std::exception_ptr error;
+  for (auto& f : running) {
+    try {
+      f.get();
+    } catch (...) {
+      if (!error) error = std::current_exception();
+    }
+  }
+  reducer_->finish();
+  if (error) std::rethrow_exception(error);
+
+  StepResult result;
+  result.metrics.assign(towers_[0].outputs.metrics.size(), 0.0f);
+  for (const Tower& t : towers_) {
+    float w = static_cast<float>(t.batch) / static_cast<float>(global_batch_);
+    result.loss += w * t.program->output(0).data<float>()[0];
+    for (size_t m = 0; m < result.metrics.size(); ++m)
+      result.metrics[m] += w * t.program->output(1 + static_cast<int>(m)).data<float>()[0];
+  }
+  return result;
+}
+
+bool DataParallel::replicas_identical() const {
+  for (size_t r = 1; r < replicas_.size(); ++r)
+    for (const VariableInfo& v : trainable_) {
+      const Tensor& a = replicas_[0]->get(v.name);
+      const Tensor& b = replicas_[r]->get(v.name);
+      if (std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) != 0) return false;
+    }
+  return true;
+}
+
+std::vector<Device> resolve_devices(const std::vector<Device>& requested, bool allow_soft_placement) {
+  // CUDA kernels are not part of this build yet, so a GPU tower always needs soft placement.
+  const int gpus = static_cast<int>(cuda_devices().size());
+  std::vector<Device> result;
+  for (size_t i = 0; i < requested.size(); ++i) {
+    const Device& d = requested[i];
+    if (d.kind == DeviceKind::cpu) {
+      result.push_back(d);
+      continue;
+    }
+    if (!allow_soft_placement)
+      fail("device {} was requested, but {}; pass --allow_soft_placement to run its tower on the "
+           "CPU instead",
+           d.to_string(),
+           d.index >= gpus ? fmt::format("this machine has {} CUDA device(s)", gpus)
+                           : std::string("this build of tower has no CUDA kernels"));
+    Device cpu{DeviceKind::cpu, static_cast<int>(i)};
+    std::fprintf(stderr, "tower: warning: %s is not available, placing its tower on %s\n",
+                 d.to_string().c_str(), cpu.to_string().c_str());
+    result.push_back(cpu);
+  }
+  return result;
+}
+
+}  // namespace tower

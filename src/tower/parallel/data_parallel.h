@@ -1,0 +1,89 @@
+// Synchronous data parallelism over towers: the model is built once per device under the name
+// scope "tower_<i>", all towers sharing one set of variables (created by tower 0, reused by the
+// others). Each step every tower runs forward + backward on its slice of the global batch on its
+// own thread, the GradientReducer averages the gradients (weighted by examples), and the trainer
+// applies one optimizer update per replica.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "tower/core/thread_pool.h"
+#include "tower/graph/graph.h"
+#include "tower/parallel/gradient_reducer.h"
+#include "tower/runtime/program.h"
+#include "tower/runtime/variable_store.h"
+
+namespace tower {
+
+// What the model function returns for one tower.
+struct TowerOutputs {
+  Value loss;                  // scalar: this tower's total loss (mean over its examples + decay)
+  std::vector<Value> metrics;  // scalars averaged over towers like the loss (e.g. accuracy)
+  std::vector<Value> updates;  // side-effect nodes (moving averages); run on tower 0 only
+};
+using TowerFn = std::function<TowerOutputs(const Scope& scope, Value images, Value labels)>;
+
+struct DataParallelOptions {
+  std::vector<Device> devices{Device{}};
+  std::vector<int> threads;  // per device; empty: split the machine's cores
+  Strategy strategy = Strategy::allreduce;
+  size_t bucket_bytes = 25u << 20;
+  uint64_t seed = 0;  // variable initialization
+};
+
+struct StepResult {
+  float loss = 0;
+  std::vector<float> metrics;
+};
+
+class DataParallel {
+ public:
+  // example_shape: one input example, e.g. (C, H, W). global_batch is split as evenly as
+  // possible over the towers (the first ones get one more when it does not divide).
+  DataParallel(const Shape& example_shape, int64_t global_batch, const TowerFn& tower_fn,
+               DataParallelOptions options);
+  ~DataParallel();
+
+  int num_towers() const { return static_cast<int>(towers_.size()); }
+  int64_t tower_batch(int tower) const;
+  // images: (B, ...) f32, labels: (B,) i32 with B the global batch.
+  StepResult step(const Tensor& images, const Tensor& labels, uint64_t step);
+
+  Graph& graph() { return graph_; }
+  const std::vector<VariableInfo>& trainable() const { return trainable_; }
+  int num_replicas() const { return static_cast<int>(replicas_.size()); }
+  VariableStore& replica(int r) { return *replicas_[static_cast<size_t>(r)]; }
+  // The averaged gradient of trainable()[v] as seen by replica r, valid after step().
+  Tensor& gradient(int r, int v) { return reducer_->result(r, v); }
+  const GradientReducer& reducer() const { return *reducer_; }
+  const Program& program(int tower) const { return *towers_[static_cast<size_t>(tower)].program; }
+  // Bitwise check that every replica holds the same trainable values (debug builds run it
+  // after each update through the trainer).
+  bool replicas_identical() const;
+
+ private:
+  struct Tower {
+    Device device;
+    int threads = 1;
+    int64_t offset = 0, batch = 0;
+    Value images, labels;
+    TowerOutputs outputs;
+    std::vector<Value> grads;
+    std::unique_ptr<Program> program;
+    std::unique_ptr<ThreadPool> worker;
+  };
+  Graph graph_;
+  std::vector<VariableInfo> trainable_;
+  std::vector<std::unique_ptr<VariableStore>> replicas_;
+  std::vector<Tower> towers_;
+  std::unique_ptr<GradientReducer> reducer_;
+  int64_t global_batch_;
+};
+
+// Resolves requested devices for this machine: "cuda:N" that does not exist is an error, or with
+// allow_soft_placement a CPU device (and a warning line on stderr).
+std::vector<Device> resolve_devices(const std::vector<Device>& requested, bool allow_soft_placement);
+
+}  // namespace tower

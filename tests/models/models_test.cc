@@ -1,0 +1,122 @@
+#include "tower/models/model.h"
+
+#include <gtest/gtest.h>
+
+#include "testing/gradient_check.h"
+#include "tower/core/philox.h"
+#include "tower/graph/gradients.h"
+#include "tower/runtime/program.h"
+
+namespace tower {
+namespace {
+
+TEST(ModelsTest, Cifar10HasTheTutorialParameterCount) {
+  EXPECT_EQ(count_parameters(get_model("cifar10"), Shape{3, 24, 24}, 10), 1068298);
+}
+
+TEST(ModelsTest, RegistryListsEveryModelAndRejectsUnknownOnes) {
+  auto names = model_names();
+  for (const char* name : {"cifar10", "lenet", "mlp", "resnet20"})
+    EXPECT_NE(std::find(names.begin(), names.end(), name), names.end()) << name;
+  try {
+    get_model("vgg");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown model 'vgg'"), std::string::npos);
+  }
+}
+
+TEST(ModelsTest, EveryModelBuildsForItsInputInBothModes) {
+  for (const std::string& name : model_names()) {
+    const ModelDef& m = get_model(name);
+    for (Mode mode : {Mode::train, Mode::eval}) {
+      Graph g;
+      Scope s(g);
+      std::vector<int64_t> dims = {2};
+      for (int64_t d : m.default_input.dims()) dims.push_back(d);
+      ModelOutputs out = m.build(s, s.placeholder("images", Shape(dims)), 10, mode);
+      EXPECT_EQ(out.logits.shape(), (Shape{2, 10})) << name;
+    }
+  }
+}
+
+// A separable problem: class k has a bright square at a class-dependent place, plus noise.
+struct Problem {
+  Tensor images, labels;
+};
+Problem separable(const Shape& example, int64_t n, uint64_t seed) {
+  std::vector<int64_t> dims = {n};
+  for (int64_t d : example.dims()) dims.push_back(d);
+  Problem p{testing::random_tensor(Shape(dims), seed, 0.0f, 0.3f), Tensor(Shape{n}, DType::i32)};
+  const int64_t c = example[0], h = example[1], w = example[2];
+  for (int64_t i = 0; i < n; ++i) {
+    int label = static_cast<int>(i % 4);
+    p.labels.data<int32_t>()[i] = label;
+    float* img = p.images.data<float>() + i * c * h * w;
+    for (int64_t y = 0; y < h / 2; ++y)
+      for (int64_t x = 0; x < w / 2; ++x)
+        img[(y + (label / 2) * (h / 2)) * w + x + (label % 2) * (w / 2)] += 1.0f;
+  }
+  return p;
+}
+
+void expect_loss_goes_down(const std::string& name, const Shape& example, float lr) {
+  Graph g;
+  g.seed = 4;
+  Scope s(g);
+  const int64_t n = 32;
+  Value images = s.placeholder("images", Shape{n, example[0], example[1], example[2]});
+  Value labels = s.placeholder("labels", Shape{n}, DType::i32);
+  ModelOutputs out = get_model(name).build(s, images, 4, Mode::train);
+  Value loss = classification_loss(s, out.logits, labels).total_loss;
+  std::vector<Value> xs;
+  for (const auto& v : g.trainable_variables()) xs.push_back(v.value);
+  std::vector<Value> fetches = {loss};
+  for (Value grad : gradients(s, loss, xs)) fetches.push_back(grad);
+  VariableStore vars;
+  vars.initialize(g, 4);
+  Program program(g, fetches, vars, {Device{}, 2}, out.updates);
+  Problem p = separable(example, n, 1);
+  program.input(images).copy_from(p.images);
+  program.input(labels).copy_from(p.labels);
+  float first = 0, last = 0;
+  for (int step = 0; step < 30; ++step) {
+    program.run(static_cast<uint64_t>(step));
+    last = program.output(0).data<float>()[0];
+    if (step == 0) first = last;
+    auto trainable = g.trainable_variables();
+    for (size_t v = 0; v < trainable.size(); ++v) {
+      Tensor& w = vars.get(trainable[v].name);
+      const float* gr = program.output(1 + static_cast<int>(v)).data<float>();
+      for (int64_t k = 0; k < w.numel(); ++k) w.data<float>()[k] -= lr * gr[k];
+    }
+  }
+  EXPECT_LT(last, 0.3f * first) << name << ": loss " << first << " -> " << last;
+}
+
+TEST(ModelsTest, MlpLearnsASeparableProblem) { expect_loss_goes_down("mlp", Shape{1, 28, 28}, 0.05f); }
+TEST(ModelsTest, LenetLearnsASeparableProblem) { expect_loss_goes_down("lenet", Shape{1, 28, 28}, 0.05f); }
+
+TEST(ModelsTest, StepAllocatesNothing) {
+  Graph g;
+  Scope s(g);
+  Value images = s.placeholder("images", Shape{8, 3, 24, 24});
+  Value labels = s.placeholder("labels", Shape{8}, DType::i32);
+  ModelOutputs out = get_model("cifar10").build(s, images, 10, Mode::train);
+  Value loss = classification_loss(s, out.logits, labels).total_loss;
+  std::vector<Value> xs;
+  for (const auto& v : g.trainable_variables()) xs.push_back(v.value);
+  std::vector<Value> fetches = {loss};
+  for (Value grad : gradients(s, loss, xs)) fetches.push_back(grad);
+  VariableStore vars;
+  vars.initialize(g, 1);
+  Program program(g, fetches, vars, {Device{}, 1});
+  program.run(0);  // warm-up: oneDNN may set up per-thread state on first use
+  auto before = allocator_for(Device{}).counters().num_allocations;
+  for (int step = 1; step < 4; ++step) program.run(static_cast<uint64_t>(step));
+  EXPECT_EQ(allocator_for(Device{}).counters().num_allocations, before);
+  EXPECT_LT(program.stats().arena_bytes, program.stats().unplanned_bytes);
+}
+
+}  // namespace
+}  // namespace tower

@@ -1,0 +1,155 @@
+#include "tower/ops/conv.h"
+
+#include <gtest/gtest.h>
+
+#include "testing/gradient_check.h"
+#include "testing/reference_nn.h"
+
+namespace tower {
+namespace {
+
+using ops::Conv2DAttrs;
+using ops::Padding;
+using testing::random_tensor;
+
+struct ConvCase {
+  Shape x, w;
+  Conv2DAttrs attrs;
+};
+
+// Odd sizes, strides that do not divide the input, even filters (asymmetric SAME padding).
+const ConvCase kCases[] = {
+    {{2, 3, 7, 9}, {4, 3, 3, 3}, {{1, 1}, Padding::same}},
+    {{2, 3, 7, 9}, {4, 3, 4, 2}, {{2, 1}, Padding::same}},
+    {{1, 2, 8, 5}, {3, 2, 2, 2}, {{1, 1}, Padding::same}},
+    {{3, 5, 9, 7}, {2, 5, 3, 5}, {{2, 3}, Padding::valid}},
+    {{2, 4, 6, 6}, {5, 4, 1, 1}, {{1, 1}, Padding::valid}},
+    {{1, 1, 5, 5}, {1, 1, 5, 5}, {{1, 1}, Padding::valid}},
+    {{2, 3, 5, 5}, {2, 3, 3, 3}, {{3, 3}, Padding::same}},
+};
+
+TEST(Conv2DTest, AxisPaddingFollowsTensorFlow) {
+  ops::AxisPadding p = ops::axis_padding(7, 4, 2, Padding::same);  // out 4, total 3
+  EXPECT_EQ(p.out, 4);
+  EXPECT_EQ(p.before, 1);
+  EXPECT_EQ(p.after, 2);
+  p = ops::axis_padding(24, 5, 1, Padding::same);
+  EXPECT_EQ(p.out, 24);
+  EXPECT_EQ(p.before, 2);
+  EXPECT_EQ(p.after, 2);
+  p = ops::axis_padding(9, 3, 2, Padding::valid);
+  EXPECT_EQ(p.out, 4);
+  EXPECT_EQ(p.before + p.after, 0);
+  p = ops::axis_padding(5, 1, 3, Padding::same);  // stride larger than the window: no padding
+  EXPECT_EQ(p.out, 2);
+  EXPECT_EQ(p.before + p.after, 0);
+}
+
+TEST(Conv2DTest, ForwardMatchesReference) {
+  uint64_t seed = 1;
+  for (const ConvCase& c : kCases) {
+    Tensor x = random_tensor(c.x, seed++);
+    Tensor w = random_tensor(c.w, seed++);
+    Tensor y = testing::run_graph(
+        [&](const Scope& s, const std::vector<Value>& in) {
+          return ops::conv2d(s, in[0], in[1], c.attrs);
+        },
+        {&x, &w});
+    Tensor expected = testing::conv2d_reference(x, w, c.attrs);
+    ASSERT_EQ(y.shape(), expected.shape()) << c.x.to_string() << " * " << c.w.to_string();
+    EXPECT_LE(testing::max_relative_error(y, expected), 1e-5)
+        << c.x.to_string() << " * " << c.w.to_string();
+  }
+}
+
+// The CIFAR-10 model's conv1 shape, in a batch large enough for oneDNN's blocked kernels.
+TEST(Conv2DTest, ForwardMatchesReferenceOnCifarShape) {
+  Conv2DAttrs attrs{{1, 1}, Padding::same};
+  Tensor x = random_tensor(Shape{4, 3, 24, 24}, 11);
+  Tensor w = random_tensor(Shape{64, 3, 5, 5}, 12);
+  Tensor y = testing::run_graph(
+      [&](const Scope& s, const std::vector<Value>& in) {
+        return ops::conv2d(s, in[0], in[1], attrs);
+      },
+      {&x, &w});
+  EXPECT_LE(testing::max_relative_error(y, testing::conv2d_reference(x, w, attrs)), 1e-5);
+}
+
+// f32 central differences with eps 1e-3 on sums of ~100 products: 1e-2 relative leaves room for
+// rounding (the errors seen are ~1e-3).
+TEST(Conv2DTest, GradientsMatchFiniteDifferences) {
+  uint64_t seed = 100;
+  for (const ConvCase& c : kCases) {
+    SCOPED_TRACE(c.x.to_string() + " * " + c.w.to_string());
+    testing::check_gradients(
+        [&](const Scope& s, const std::vector<Value>& in) {
+          return ops::conv2d(s, in[0], in[1], c.attrs);
+        },
+        testing::tensor_list(random_tensor(c.x, seed), random_tensor(c.w, seed + 1)),
+        {.tolerance = 1e-2});
+    seed += 2;
+  }
+}
+
+TEST(Conv2DTest, ChannelMismatchNamesTheOp) {
+  Graph graph;
+  Scope scope(graph);
+  Value x = scope.placeholder("images", Shape{2, 3, 8, 8});
+  Value w = scope.placeholder("weights", Shape{4, 5, 3, 3});
+  try {
+    ops::conv2d(scope, x, w);
+    FAIL() << "expected a shape error";
+  } catch (const Error& e) {
+    std::string what = e.what();
+    EXPECT_NE(what.find("Conv2D"), std::string::npos) << what;
+    EXPECT_NE(what.find("channels"), std::string::npos) << what;
+    EXPECT_NE(what.find("weights"), std::string::npos) << what;
+  }
+}
+
+TEST(Conv2DTest, ShapeErrorsNameTheOp) {
+  Graph graph;
+  Scope scope(graph);
+  Value x = scope.placeholder("images", Shape{2, 3, 4, 4});
+  Value flat = scope.placeholder("flat", Shape{2, 48});
+  Value w = scope.placeholder("weights", Shape{4, 3, 5, 5});
+  Value w3 = scope.placeholder("weights3", Shape{3, 5, 5});
+  auto expect_error = [](auto f, const std::string& needle) {
+    try {
+      f();
+      ADD_FAILURE() << "expected a shape error mentioning " << needle;
+    } catch (const Error& e) {
+      std::string what = e.what();
+      EXPECT_NE(what.find("Conv2D"), std::string::npos) << what;
+      EXPECT_NE(what.find(needle), std::string::npos) << what;
+    }
+  };
+  expect_error([&] { ops::conv2d(scope, x, w, {{1, 1}, Padding::valid}); }, "VALID");
+  expect_error([&] { ops::conv2d(scope, flat, w); }, "rank 4");
+  expect_error([&] { ops::conv2d(scope, x, w3); }, "rank 4");
+  expect_error([&] { ops::conv2d(scope, x, w, {{0, 1}, Padding::same}); }, "strides");
+  Value dy = scope.placeholder("dy", Shape{2, 4, 3, 3});
+  expect_error([&] { ops::conv2d_backprop_input(scope, w, dy, x.shape(), {}); }, "gradient");
+}
+
+// An empty batch is legal: empty outputs, and a zero filter gradient.
+TEST(Conv2DTest, EmptyBatch) {
+  Graph graph;
+  Scope scope(graph);
+  Value x = scope.placeholder("x", Shape{0, 3, 5, 5});
+  Value w = scope.placeholder("w", Shape{4, 3, 3, 3});
+  Value y = ops::conv2d(scope, x, w);
+  Value dy = scope.placeholder("dy", y.shape());
+  std::vector<Value> grads = gradients(scope, {y}, {x, w}, {dy});
+  VariableStore variables;
+  Tensor w_value = random_tensor(Shape{4, 3, 3, 3}, 1);
+  Tensor empty(Shape{0, 3, 5, 5}, DType::f32);
+  std::vector<Tensor> out =
+      run_once(graph, {y, grads[0], grads[1]}, variables, {{w, &w_value}, {x, &empty}});
+  EXPECT_EQ(out[0].shape(), (Shape{0, 4, 5, 5}));
+  EXPECT_EQ(out[1].shape(), (Shape{0, 3, 5, 5}));
+  for (float v : out[2].to_vector<float>()) EXPECT_EQ(v, 0.0f);
+}
+
+}  // namespace
+}  // namespace tower

@@ -1,0 +1,123 @@
+#include "tower/ops/pool.h"
+
+#include <gtest/gtest.h>
+
+#include "testing/gradient_check.h"
+#include "testing/reference_nn.h"
+
+namespace tower {
+namespace {
+
+using ops::Padding;
+using ops::PoolAttrs;
+using testing::random_tensor;
+
+struct PoolCase {
+  Shape x;
+  PoolAttrs attrs;
+};
+
+// Windows that overlap, that skip pixels, and SAME padding on both or only one side.
+const PoolCase kCases[] = {
+    {{2, 3, 7, 9}, {{2, 2}, {2, 2}, Padding::valid}},
+    {{2, 3, 7, 9}, {{3, 3}, {2, 2}, Padding::same}},
+    {{1, 2, 8, 5}, {{3, 3}, {2, 2}, Padding::same}},
+    {{2, 2, 9, 7}, {{3, 2}, {1, 3}, Padding::same}},
+    {{1, 4, 6, 6}, {{2, 2}, {3, 3}, Padding::valid}},
+    {{3, 1, 5, 5}, {{5, 5}, {1, 1}, Padding::same}},
+};
+
+Value pool(const Scope& s, Value x, const PoolAttrs& a, bool is_max) {
+  return is_max ? ops::max_pool(s, x, a) : ops::avg_pool(s, x, a);
+}
+
+TEST(PoolTest, ForwardMatchesReference) {
+  uint64_t seed = 1;
+  for (bool is_max : {true, false})
+    for (const PoolCase& c : kCases) {
+      Tensor x = random_tensor(c.x, seed++);
+      Tensor y = testing::run_graph(
+          [&](const Scope& s, const std::vector<Value>& in) {
+            return pool(s, in[0], c.attrs, is_max);
+          },
+          {&x});
+      Tensor expected = testing::pool_reference(x, c.attrs, is_max);
+      ASSERT_EQ(y.shape(), expected.shape()) << c.x.to_string();
+      EXPECT_LE(testing::max_relative_error(y, expected), 1e-6)
+          << (is_max ? "max " : "avg ") << c.x.to_string();
+    }
+}
+
+// TensorFlow semantics at the border: SAME average divides by the real elements only, and SAME
+// max never returns the padding (all inputs negative).
+TEST(PoolTest, SamePaddingIsExcluded) {
+  Tensor x = Tensor::from_vector<float>(Shape{1, 1, 2, 2}, {-1, -2, -3, -4});
+  PoolAttrs a{{3, 3}, {1, 1}, Padding::same};
+  auto run = [&](bool is_max) {
+    return testing::run_graph(
+        [&](const Scope& s, const std::vector<Value>& in) { return pool(s, in[0], a, is_max); },
+        {&x});
+  };
+  EXPECT_EQ(run(true).to_vector<float>(), (std::vector<float>{-1, -1, -1, -1}));
+  EXPECT_EQ(run(false).to_vector<float>(), (std::vector<float>{-2.5f, -2.5f, -2.5f, -2.5f}));
+}
+
+// Max pooling is piecewise linear: with distinct inputs 0.01 apart and eps 1e-3 no argmax
+// changes, so only f32 rounding of the loss remains (1e-2 relative is ample). Average pooling is
+// linear.
+TEST(PoolTest, GradientsMatchFiniteDifferences) {
+  uint64_t seed = 100;
+  for (bool is_max : {true, false})
+    for (const PoolCase& c : kCases) {
+      SCOPED_TRACE(std::string(is_max ? "max " : "avg ") + c.x.to_string());
+      testing::check_gradients(
+          [&](const Scope& s, const std::vector<Value>& in) {
+            return pool(s, in[0], c.attrs, is_max);
+          },
+          testing::tensor_list(testing::distinct_values(c.x, seed++)), {.tolerance = 1e-2});
+    }
+}
+
+// AvgPoolGrad is linear, with AvgPool as its gradient.
+TEST(PoolTest, AvgPoolGradGradientMatchesFiniteDifferences) {
+  PoolAttrs a{{3, 3}, {2, 2}, Padding::same};
+  Shape x{2, 3, 7, 9};
+  testing::check_gradients(
+      [&](const Scope& s, const std::vector<Value>& in) {
+        return ops::avg_pool_grad(s, in[0], x, a);
+      },
+      testing::tensor_list(random_tensor(Shape{2, 3, 4, 5}, 7)), {.tolerance = 1e-2});
+}
+
+TEST(PoolTest, ShapeErrorsNameTheOp) {
+  Graph graph;
+  Scope scope(graph);
+  Value x = scope.placeholder("images", Shape{2, 3, 4, 4});
+  Value flat = scope.placeholder("flat", Shape{2, 48});
+  auto expect_error = [](auto f, const std::string& op, const std::string& needle) {
+    try {
+      f();
+      ADD_FAILURE() << "expected a shape error mentioning " << needle;
+    } catch (const Error& e) {
+      std::string what = e.what();
+      EXPECT_NE(what.find(op), std::string::npos) << what;
+      EXPECT_NE(what.find(needle), std::string::npos) << what;
+    }
+  };
+  expect_error([&] { ops::max_pool(scope, flat); }, "MaxPool", "rank 4");
+  expect_error(
+      [&] {
+        ops::avg_pool(scope, x, {{5, 5}, {1, 1}, Padding::valid});
+      },
+      "AvgPool", "VALID");
+  expect_error(
+      [&] {
+        ops::max_pool(scope, x, {{0, 2}, {2, 2}, Padding::valid});
+      },
+      "MaxPool", "ksize");
+  Value dy = scope.placeholder("dy", Shape{2, 3, 3, 3});
+  expect_error([&] { ops::max_pool_grad(scope, x, dy, {}); }, "MaxPoolGrad", "gradient");
+}
+
+}  // namespace
+}  // namespace tower

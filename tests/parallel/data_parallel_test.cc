@@ -1,0 +1,157 @@
+// Towers are equivalent: N towers with per-tower batch b train like 1 tower with batch N*b.
+#include "tower/parallel/data_parallel.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "testing/gradient_check.h"
+#include "tower/core/philox.h"
+#include "tower/models/model.h"
+#include "tower/ops/nn_loss.h"
+
+namespace tower {
+namespace {
+
+struct Problem {
+  Tensor images, labels;
+};
+
+Problem make_problem(const Shape& example, int64_t batch, uint64_t seed) {
+  std::vector<int64_t> dims = {batch};
+  for (int64_t d : example.dims()) dims.push_back(d);
+  Problem p{testing::random_tensor(Shape(dims), seed), Tensor(Shape{batch}, DType::i32)};
+  Philox rng(seed, 5);
+  for (int64_t i = 0; i < batch; ++i) p.labels.data<int32_t>()[i] = static_cast<int32_t>(rng.below(static_cast<uint64_t>(i), 10));
+  return p;
+}
+
+TowerFn classifier(const std::string& model) {
+  return [model](const Scope& scope, Value images, Value labels) {
+    ModelOutputs out = get_model(model).build(scope, images, 10, Mode::train);
+    LossOutputs loss = classification_loss(scope, out.logits, labels);
+    return TowerOutputs{loss.total_loss, {}, out.updates};
+  };
+}
+
+struct TrainRun {
+  std::vector<float> losses;
+  std::map<std::string, std::vector<float>> weights;
+};
+
+// 5 steps of plain SGD (lr 0.05) on a fixed batch sequence.
+TrainRun train(const std::string& model, const Shape& example, int num_towers, int64_t global_batch,
+          Strategy strategy, size_t bucket_bytes = 25u << 20) {
+  DataParallelOptions options;
+  options.devices.clear();
+  for (int i = 0; i < num_towers; ++i) options.devices.push_back({DeviceKind::cpu, i});
+  options.threads.assign(static_cast<size_t>(num_towers), 1);
+  options.strategy = strategy;
+  options.bucket_bytes = bucket_bytes;
+  options.seed = 3;
+  DataParallel dp(example, global_batch, classifier(model), options);
+  TrainRun run;
+  for (int step = 0; step < 5; ++step) {
+    Problem p = make_problem(example, global_batch, 100 + static_cast<uint64_t>(step));
+    run.losses.push_back(dp.step(p.images, p.labels, static_cast<uint64_t>(step)).loss);
+    for (int r = 0; r < dp.num_replicas(); ++r)
+      for (size_t v = 0; v < dp.trainable().size(); ++v) {
+        Tensor& w = dp.replica(r).get(dp.trainable()[v].name);
+        const Tensor& g = dp.gradient(r, static_cast<int>(v));
+        for (int64_t k = 0; k < w.numel(); ++k) w.data<float>()[k] -= 0.05f * g.data<float>()[k];
+      }
+    EXPECT_TRUE(dp.replicas_identical()) << "step " << step;
+  }
+  for (const auto& v : dp.trainable()) run.weights[v.name] = dp.replica(0).get(v.name).to_vector<float>();
+  return run;
+}
+
+// Documented tolerance: float summation order differs (per-tower means averaged vs one mean),
+// so results agree to a few ulps of accumulated rounding, not bitwise.
+void expect_close(const TrainRun& a, const TrainRun& b, double tolerance) {
+  for (size_t i = 0; i < a.losses.size(); ++i)
+    EXPECT_NEAR(a.losses[i], b.losses[i], tolerance * (1 + std::fabs(a.losses[i]))) << "step " << i;
+  for (const auto& [name, wa] : a.weights) {
+    const auto& wb = b.weights.at(name);
+    double worst = 0;
+    for (size_t k = 0; k < wa.size(); ++k) worst = std::max(worst, std::fabs(static_cast<double>(wa[k]) - wb[k]));
+    EXPECT_LE(worst, tolerance) << name;
+  }
+}
+
+class TowersEquivalenceTest : public ::testing::TestWithParam<std::tuple<std::string, Strategy>> {};
+
+TEST_P(TowersEquivalenceTest, NTowersMatchOneTowerWithNTimesTheBatch) {
+  auto [model, strategy] = GetParam();
+  const Shape example = model == "cifar10" ? Shape{3, 24, 24} : Shape{1, 8, 8};
+  const int64_t per_tower = 4;
+  for (int n : {1, 2, 3, 4, 8}) {
+    TrainRun one = train(model, example, 1, n * per_tower, strategy);
+    TrainRun many = train(model, example, n, n * per_tower, strategy);
+    SCOPED_TRACE(::testing::Message() << model << " with " << n << " towers");
+    expect_close(one, many, 2e-5);
+  }
+}
+
+TEST_P(TowersEquivalenceTest, UnevenSplitIsWeightedByExamples) {
+  auto [model, strategy] = GetParam();
+  const Shape example = model == "cifar10" ? Shape{3, 24, 24} : Shape{1, 8, 8};
+  TrainRun one = train(model, example, 1, 11, strategy);
+  TrainRun three = train(model, example, 3, 11, strategy);  // 4 + 4 + 3
+  expect_close(one, three, 2e-5);
+}
+
+TEST_P(TowersEquivalenceTest, SameSeedSameLayoutIsBitwiseDeterministic) {
+  auto [model, strategy] = GetParam();
+  const Shape example = model == "cifar10" ? Shape{3, 24, 24} : Shape{1, 8, 8};
+  TrainRun a = train(model, example, 3, 12, strategy, 4096);
+  TrainRun b = train(model, example, 3, 12, strategy, 4096);
+  EXPECT_EQ(a.losses, b.losses);
+  EXPECT_EQ(a.weights, b.weights);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Models, TowersEquivalenceTest,
+    ::testing::Combine(::testing::Values("mlp", "cifar10"),
+                       ::testing::Values(Strategy::allreduce, Strategy::central)),
+    [](const auto& info) {
+      return std::get<0>(info.param) + "_" + std::string(strategy_name(std::get<1>(info.param)));
+    });
+
+TEST(DataParallelTest, OverlapFirstBucketReducedBeforeBackwardEnds) {
+  DataParallelOptions options;
+  options.devices = {{DeviceKind::cpu, 0}, {DeviceKind::cpu, 1}};
+  options.threads = {1, 1};
+  options.bucket_bytes = 64 << 10;  // many buckets
+  DataParallel dp(Shape{3, 24, 24}, 32, classifier("cifar10"), options);
+  Problem p = make_problem(Shape{3, 24, 24}, 32, 1);
+  dp.step(p.images, p.labels, 0);
+  ReduceTrace trace = dp.reducer().trace();
+  EXPECT_GE(trace.first_reduce_start, 0);
+  EXPECT_LT(trace.first_reduce_start, trace.last_ready)
+      << "the first bucket must be reduced while backward is still producing gradients";
+}
+
+TEST(DataParallelTest, BatchSmallerThanTowersIsAnError) {
+  DataParallelOptions options;
+  options.devices = {{DeviceKind::cpu, 0}, {DeviceKind::cpu, 1}, {DeviceKind::cpu, 2}};
+  EXPECT_THROW(DataParallel(Shape{1, 8, 8}, 2, classifier("mlp"), options), Error);
+}
+
+TEST(DataParallelTest, MissingGpuNeedsSoftPlacement) {
+  std::vector<Device> want = {{DeviceKind::cuda, 7}};
+  try {
+    resolve_devices(want, false);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cuda:7"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("--allow_soft_placement"), std::string::npos);
+  }
+  auto placed = resolve_devices(want, true);
+  ASSERT_EQ(placed.size(), 1u);
+  EXPECT_EQ(placed[0].kind, DeviceKind::cpu);
+}
+
+}  // namespace
+}  // namespace tower

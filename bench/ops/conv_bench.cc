@@ -45,8 +45,16 @@ void run_conv(benchmark::State& state, bool backward) {
 void BM_Conv2DForward(benchmark::State& state) { run_conv(state, false); }
 void BM_Conv2DBackward(benchmark::State& state) { run_conv(state, true); }
 
-BENCHMARK(BM_Conv2DForward)->Args({3, 64, 24})->Args({64, 64, 12})->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_Conv2DBackward)->Args({3, 64, 24})->Args({64, 64, 12})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Conv2DForward)
+    ->Args({3, 64, 24})
+    ->Args({64, 64, 12})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_Conv2DBackward)
+    ->Args({3, 64, 24})
+    ->Args({64, 64, 12})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 }  // namespace
 }  // namespace tower

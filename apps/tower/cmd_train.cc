@@ -1,0 +1,82 @@
+// `tower train`: trains a model on every device.
+#include <fmt/format.h>
+
+#include "command.h"
+#include "tower/parallel/gradient_reducer.h"
+#include "tower/train/trainer.h"
+
+namespace tower::cli {
+namespace {
+
+struct Flags {
+  TrainConfig config;
+  std::string devices, strategy = "allreduce";
+  int num_gpus = 0;
+};
+
+void run_train(Flags& flags) {
+  TrainConfig config = flags.config;
+  if (!flags.devices.empty()) config.devices = parse_device_list(flags.devices);
+  if (flags.num_gpus > 0) {
+    if (!config.devices.empty() || config.num_devices > 0)
+      fail("--num_gpus cannot be combined with --devices or --num_devices");
+    for (int i = 0; i < flags.num_gpus; ++i) config.devices.push_back({DeviceKind::cuda, i});
+  }
+  config.strategy = parse_strategy(flags.strategy);
+  TrainResult result = train(config);
+  fmt::print("done: {} steps in {:.1f} s", result.steps, result.seconds);
+  if (result.eval_accuracy >= 0) fmt::print(", test precision @ 1 = {:.4f}", result.eval_accuracy);
+  fmt::print("\n");
+}
+
+CommandRegistrar registrar{{"train", "Train a model on every device (resumes from --train_dir)", [](CLI::App& app) {
+  static Flags flags;
+  TrainConfig& c = flags.config;
+  app.add_option("--model", c.model, "Model to train (see `tower models`)")->capture_default_str();
+  app.add_option("--data", c.data, "Data set: fashion-mnist | cifar10:DIR | cifar100:DIR | idx:DIR")
+      ->capture_default_str();
+  app.add_option("--devices", flags.devices, "Devices, e.g. cpu:0,cpu:1 (one tower each)");
+  app.add_option("--num_devices", c.num_devices, "Split the CPU cores into N logical devices")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--num_gpus", flags.num_gpus, "Towers on cuda:0..N-1 (the classic flag)")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--allow_soft_placement", c.allow_soft_placement,
+               "Place towers of missing GPUs on CPU devices instead of failing");
+  app.add_flag("--log_device_placement", c.log_device_placement, "Print where every node runs");
+  app.add_option("--strategy", flags.strategy, "allreduce | central")->capture_default_str();
+  app.add_option("--bucket_mb", c.bucket_mb, "All-reduce bucket size in MB")->capture_default_str();
+  app.add_option("--batch_size", c.batch_size, "Examples per tower per step")->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--max_steps", c.max_steps, "Stop after this many steps (0: use --epochs)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--epochs", c.epochs, "Stop after this many epochs (default 1 without --max_steps)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--train_dir", c.train_dir, "Checkpoints, metrics.jsonl and TensorBoard logs")
+      ->capture_default_str();
+  app.add_option("--optimizer", c.optimizer.name, "sgd | momentum | adam | adamw")->capture_default_str();
+  app.add_option("--momentum", c.optimizer.momentum, "Momentum coefficient")->capture_default_str();
+  app.add_flag("--nesterov", c.optimizer.nesterov, "Nesterov momentum");
+  app.add_option("--weight_decay", c.optimizer.weight_decay, "Decoupled weight decay (adamw)");
+  app.add_option("--lr", c.lr, "Initial learning rate")->capture_default_str();
+  app.add_option("--lr_schedule", c.lr_schedule,
+                 "constant | exponential:decay_epochs=350,rate=0.1,staircase=1 | "
+                 "piecewise:boundaries=1000;2000,values=0.1;0.01;0.001 | cosine:warmup_steps=500")
+      ->capture_default_str();
+  app.add_option("--clip_norm", c.clip_norm, "Clip gradients to this global norm (0: off)");
+  app.add_option("--ema_decay", c.ema_decay, "Moving average of the weights (0: off)")->capture_default_str();
+  app.add_option("--seed", c.seed, "Random seed (init, shuffling, augmentation)")->capture_default_str();
+  app.add_option("--num_preprocess_threads", c.num_preprocess_threads, "Input pipeline workers")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--log_every", c.log_every, "Log a line every N steps")->capture_default_str();
+  app.add_option("--save_every_steps", c.save_every_steps, "Checkpoint every N steps (0: off)");
+  app.add_option("--save_every_secs", c.save_every_secs, "Checkpoint every N seconds (0: off)")
+      ->capture_default_str();
+  app.add_option("--keep_checkpoints", c.keep_checkpoints, "Keep the last K checkpoints")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--eval_every", c.eval_every, "Evaluate on the test set every N steps (0: at the end)");
+  app.add_option("--resume_from", c.resume_from, "Resume from this checkpoint prefix");
+  app.callback([] { run_train(flags); });
+}}};
+
+}  // namespace
+}  // namespace tower::cli

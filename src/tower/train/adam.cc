@@ -1,0 +1,72 @@
+#include <cmath>
+
+#include "tower/train/optimizer.h"
+
+namespace tower {
+namespace {
+
+// Adam as in TensorFlow (Kingma & Ba, section 2, with "epsilon hat"), t = step + 1:
+//   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
+//   var -= lr_t m / (sqrt(v) + eps),  lr_t = lr sqrt(1 - b2^t) / (1 - b1^t)
+// AdamW (Loshchilov & Hutter, as PyTorch's AdamW) first decays the weights, decoupled from the
+// gradient: var *= 1 - lr * weight_decay.
+class Adam final : public Optimizer {
+ public:
+  Adam(float beta1, float beta2, float epsilon, float weight_decay, bool adamw)
+      : beta1_(beta1),
+        beta2_(beta2),
+        epsilon_(epsilon),
+        weight_decay_(weight_decay),
+        adamw_(adamw) {}
+  void init(const std::vector<Param>& params) override { slots_.init(params); }
+  void apply(const std::vector<Param>& params, float lr, int64_t step) override {
+    init(params);
+    TOWER_CHECK_MSG(step >= 0, "negative optimizer step {}", step);
+    // The powers come from the step (not from state kept across steps), so a resumed run
+    // computes the same bits.
+    const double t = static_cast<double>(step) + 1.0;
+    const double b1_power = std::pow(static_cast<double>(beta1_), t);
+    const double b2_power = std::pow(static_cast<double>(beta2_), t);
+    const float lr_t =
+        static_cast<float>(static_cast<double>(lr) * std::sqrt(1.0 - b2_power) / (1.0 - b1_power));
+    const float decay = 1.0f - lr * weight_decay_;
+    const float one_minus_b1 = 1.0f - beta1_;
+    const float one_minus_b2 = 1.0f - beta2_;
+    const float eps = epsilon_;
+    for (size_t k = 0; k < params.size(); ++k) {
+      float* var = params[k].value->data<float>();
+      const float* grad = params[k].grad->data<float>();
+      float* m = slots_.slot(k, 0).data<float>();
+      float* v = slots_.slot(k, 1).data<float>();
+      const int64_t n = params[k].value->numel();
+      if (weight_decay_ != 0.0f)
+        for (int64_t i = 0; i < n; ++i) var[i] *= decay;
+      for (int64_t i = 0; i < n; ++i) {
+        const float g = grad[i];
+        m[i] += (g - m[i]) * one_minus_b1;
+        v[i] += (g * g - v[i]) * one_minus_b2;
+        var[i] -= m[i] * lr_t / (std::sqrt(v[i]) + eps);
+      }
+    }
+  }
+  std::vector<std::pair<std::string, Tensor*>> slots() override { return slots_.named(); }
+  std::string name() const override { return adamw_ ? "adamw" : "adam"; }
+
+ private:
+  float beta1_, beta2_, epsilon_, weight_decay_;
+  bool adamw_;
+  detail::SlotSet slots_{{"m", "v"}};
+};
+
+}  // namespace
+
+std::unique_ptr<Optimizer> detail::make_adam(float beta1, float beta2, float epsilon) {
+  return std::make_unique<Adam>(beta1, beta2, epsilon, 0.0f, false);
+}
+
+std::unique_ptr<Optimizer> detail::make_adamw(float beta1, float beta2, float epsilon,
+                                              float weight_decay) {
+  return std::make_unique<Adam>(beta1, beta2, epsilon, weight_decay, true);
+}
+
+}  // namespace tower

@@ -1,0 +1,37 @@
+// Learning-rate schedules, chosen by `--lr_schedule SPEC`:
+//
+//   SPEC := NAME [ ":" KEY "=" VALUE { "," KEY "=" VALUE } ]    lists inside a VALUE use ";"
+//
+// constant
+//     lr = --lr
+// exponential:decay_steps=N | decay_epochs=E, rate=R [, staircase=0|1]
+//     lr = --lr * R^(step / N), the exponent floored when staircase=1 (default 0);
+//     decay_epochs=E means N = floor(E * steps per epoch). The classic CIFAR-10 schedule is
+//     exponential:decay_epochs=350,rate=0.1,staircase=1
+// piecewise:boundaries=B1;...;Bn | boundary_epochs=E1;...;En, values=V0;...;Vn
+//     TensorFlow's piecewise_constant: lr = V0 while step <= B1, Vi while Bi < step <= B(i+1),
+//     Vn after Bn. The values are absolute (--lr is not used); boundaries strictly increase.
+// cosine[:warmup_steps=W | warmup_epochs=E][, warmup_start=S][, alpha=A]
+//     Linear warm-up from S (default 0) at step 0 to --lr at step W (default 0: none), then
+//     cosine decay from --lr to A * --lr (default A = 0) at the last step of training.
+//
+// `step` is the number of updates done before the one the learning rate is for (0 first).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace tower {
+
+class LrSchedule {
+ public:
+  virtual ~LrSchedule() = default;
+  virtual float lr(int64_t step) const = 0;
+};
+
+// Throws tower::Error naming the spec and what was expected when it is malformed.
+std::unique_ptr<LrSchedule> parse_lr_schedule(const std::string& spec, float initial_lr,
+                                              int64_t steps_per_epoch, int64_t total_steps);
+
+}  // namespace tower

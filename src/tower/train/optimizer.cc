@@ -1,0 +1,94 @@
+#include "tower/train/optimizer.h"
+
+#include <cmath>
+
+namespace tower {
+
+namespace {
+constexpr const char* kNames = "sgd, momentum, adam, adamw";
+
+// In [0, 1): 1 would freeze the average forever, and NaN passes every other comparison.
+void check_unit_interval(const char* flag, float value) {
+  if (!(value >= 0.0f && value < 1.0f)) fail("{} must be in [0, 1), got {}", flag, value);
+}
+}  // namespace
+
+void validate(const OptimizerConfig& config) {
+  const std::string& n = config.name;
+  if (n != "sgd" && n != "momentum" && n != "adam" && n != "adamw")
+    fail("--optimizer: unknown optimizer '{}'; valid names are {}", n, kNames);
+  if (n == "momentum") check_unit_interval("--momentum", config.momentum);
+  if (n == "adam" || n == "adamw") {
+    check_unit_interval("--beta1", config.beta1);
+    check_unit_interval("--beta2", config.beta2);
+    if (!(config.epsilon > 0.0f) || !std::isfinite(config.epsilon))
+      fail("--epsilon must be > 0, got {}", config.epsilon);
+  }
+  if (!(config.weight_decay >= 0.0f) || !std::isfinite(config.weight_decay))
+    fail("--weight_decay must be >= 0, got {}", config.weight_decay);
+  // Silently ignoring the flag would train a different model than the one asked for.
+  if (config.weight_decay != 0.0f && n != "adamw")
+    fail(
+        "--weight_decay (decoupled weight decay) is only implemented by --optimizer adamw, "
+        "not {}",
+        n);
+}
+
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config) {
+  validate(config);
+  if (config.name == "sgd") return detail::make_sgd();
+  if (config.name == "momentum") return detail::make_momentum(config.momentum, config.nesterov);
+  if (config.name == "adam") return detail::make_adam(config.beta1, config.beta2, config.epsilon);
+  return detail::make_adamw(config.beta1, config.beta2, config.epsilon, config.weight_decay);
+}
+
+namespace detail {
+
+void check_param(const Param& param) {
+  TOWER_CHECK_MSG(param.value != nullptr && param.grad != nullptr, "param '{}' has no tensor",
+                  param.name);
+  TOWER_CHECK_MSG(param.value->dtype() == DType::f32 && param.grad->dtype() == DType::f32,
+                  "param '{}' is not f32", param.name);
+  TOWER_CHECK_MSG(param.value->shape() == param.grad->shape(),
+                  "param '{}' has shape {} but its gradient {}", param.name,
+                  param.value->shape().to_string(), param.grad->shape().to_string());
+}
+
+void SlotSet::init(const std::vector<Param>& params) {
+  if (initialized_) {
+    check_same(params);
+    return;
+  }
+  for (const Param& p : params) {
+    check_param(p);
+    param_names_.push_back(p.name);
+    for (size_t s = 0; s < slot_names_.size(); ++s)
+      slots_.emplace_back(p.value->shape(), DType::f32, p.value->device());
+  }
+  initialized_ = true;
+}
+
+void SlotSet::check_same(const std::vector<Param>& params) const {
+  TOWER_CHECK_MSG(params.size() == param_names_.size(),
+                  "optimizer initialised for {} params, applied to {}", param_names_.size(),
+                  params.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    check_param(params[i]);
+    TOWER_CHECK_MSG(params[i].name == param_names_[i] &&
+                        (slot_names_.empty() ||
+                         params[i].value->shape() == slots_[i * slot_names_.size()].shape()),
+                    "optimizer param {} is '{}' {}, was '{}' at init", i, params[i].name,
+                    params[i].value->shape().to_string(), param_names_[i]);
+  }
+}
+
+std::vector<std::pair<std::string, Tensor*>> SlotSet::named() {
+  std::vector<std::pair<std::string, Tensor*>> out;
+  for (size_t p = 0; p < param_names_.size(); ++p)
+    for (size_t s = 0; s < slot_names_.size(); ++s)
+      out.emplace_back(param_names_[p] + "/" + slot_names_[s], &slot(p, s));
+  return out;
+}
+
+}  // namespace detail
+}  // namespace tower

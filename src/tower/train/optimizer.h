@@ -1,0 +1,84 @@
+// Optimizers update f32 variables from their (already tower-averaged) gradients, outside the graph.
+// Every replica runs its own optimizer on identical inputs, so an update is a pure element-wise
+// function of (variable, gradient, slots, lr, step): bitwise the same on every replica and across
+// a checkpoint/resume (Adam's bias correction is computed from `step`, not kept as state).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tower/core/tensor.h"
+
+namespace tower {
+
+struct Param {
+  std::string name;
+  Tensor* value;
+  const Tensor* grad;
+};
+
+// The flags of `tower train` that choose and tune the optimizer.
+struct OptimizerConfig {
+  std::string name = "sgd";  // sgd | momentum | adam | adamw
+  float momentum = 0.9f;     // momentum
+  bool nesterov = false;     // momentum
+  float beta1 = 0.9f;        // adam, adamw
+  float beta2 = 0.999f;      // adam, adamw
+  float epsilon = 1e-8f;     // adam, adamw ("epsilon hat" of Kingma & Ba, as in TensorFlow)
+  float weight_decay = 0;    // adamw only: decoupled, var *= 1 - lr * weight_decay
+};
+
+// Throws tower::Error naming the flag and the valid values when the config makes no sense
+// (unknown name, momentum outside [0, 1), weight decay given to an optimizer without it, ...).
+void validate(const OptimizerConfig& config);
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  // Creates the slots (zeros) for these params. Call once before the step loop so that apply()
+  // allocates nothing; apply() calls it itself on first use otherwise.
+  virtual void init(const std::vector<Param>& params) = 0;
+  // One update of every param; `step` is the number of updates done before this one. The params
+  // must be the ones (same names, order and shapes) of the first init()/apply().
+  virtual void apply(const std::vector<Param>& params, float lr, int64_t step) = 0;
+  // Slot tensors named "<param name>/<slot name>" in param order, for checkpoints: writing into
+  // them restores the optimizer exactly. Empty before init().
+  virtual std::vector<std::pair<std::string, Tensor*>> slots() = 0;
+  virtual std::string name() const = 0;
+};
+
+// Validates the config, then builds the optimizer it names.
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config);
+
+namespace detail {
+// Shared by the optimizers with slots: one zero tensor per (param, slot name), created once.
+class SlotSet {
+ public:
+  explicit SlotSet(std::vector<std::string> slot_names) : slot_names_(std::move(slot_names)) {}
+  bool initialized() const { return initialized_; }
+  void init(const std::vector<Param>& params);
+  // TOWER_CHECKs that `params` are the params of init() (cheap: no allocation).
+  void check_same(const std::vector<Param>& params) const;
+  Tensor& slot(size_t param, size_t slot) { return slots_[param * slot_names_.size() + slot]; }
+  std::vector<std::pair<std::string, Tensor*>> named();
+
+ private:
+  std::vector<std::string> slot_names_;
+  std::vector<std::string> param_names_;
+  std::vector<Tensor> slots_;  // param-major
+  bool initialized_ = false;
+};
+
+// The checks every optimizer does on its inputs (f32, grad shape == value shape).
+void check_param(const Param& param);
+
+std::unique_ptr<Optimizer> make_sgd();
+std::unique_ptr<Optimizer> make_momentum(float momentum, bool nesterov);
+std::unique_ptr<Optimizer> make_adam(float beta1, float beta2, float epsilon);
+std::unique_ptr<Optimizer> make_adamw(float beta1, float beta2, float epsilon, float weight_decay);
+}  // namespace detail
+
+}  // namespace tower

@@ -1,0 +1,308 @@
+#include "tower/train/trainer.h"
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+
+#include <nlohmann/json.hpp>
+
+#include "tower/data/input_pipeline.h"
+#include "tower/io/checkpoint.h"
+#include "tower/io/event_writer.h"
+#include "tower/io/metrics_log.h"
+#include "tower/models/model.h"
+#include "tower/ops/nn_loss.h"
+#include "tower/parallel/data_parallel.h"
+#include "tower/train/clip.h"
+#include "tower/train/ema.h"
+#include "tower/train/evaluator.h"
+#include "tower/train/lr_schedule.h"
+
+namespace tower {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+std::atomic<int> g_stop_signal{0};
+extern "C" void on_stop_signal(int signal) { g_stop_signal.store(signal); }
+
+// Restores the previous SIGINT/SIGTERM handlers when training ends.
+struct StopSignals {
+  StopSignals() {
+    g_stop_signal.store(0);
+    previous_int = std::signal(SIGINT, on_stop_signal);
+    previous_term = std::signal(SIGTERM, on_stop_signal);
+  }
+  ~StopSignals() {
+    std::signal(SIGINT, previous_int);
+    std::signal(SIGTERM, previous_term);
+  }
+  void (*previous_int)(int);
+  void (*previous_term)(int);
+};
+
+std::vector<Device> choose_devices(const TrainConfig& config) {
+  if (!config.devices.empty()) return resolve_devices(config.devices, config.allow_soft_placement);
+  int n = config.num_devices > 0 ? config.num_devices : cpu_info().num_cores;
+  std::vector<Device> devices;
+  for (int i = 0; i < n; ++i) devices.push_back(Device{DeviceKind::cpu, i});
+  return devices;
+}
+
+// What must agree between a checkpoint and the run resuming it.
+nlohmann::json run_identity(const TrainConfig& config, size_t num_towers) {
+  return {{"model", config.model},
+          {"data", config.data},
+          {"batch_size", config.batch_size},
+          {"num_towers", num_towers},
+          {"strategy", std::string(strategy_name(config.strategy))},
+          {"optimizer", config.optimizer.name},
+          {"seed", config.seed}};
+}
+
+}  // namespace
+
+TrainResult train(const TrainConfig& config) {
+  const auto start = Clock::now();
+  const std::vector<Device> devices = choose_devices(config);
+  const int num_towers = static_cast<int>(devices.size());
+  if (config.batch_size < 1) fail("--batch_size must be >= 1, got {}", config.batch_size);
+  const ModelDef& model = get_model(config.model);
+  const DatasetSpec spec = parse_dataset_spec(config.data);
+  auto train_set = std::make_shared<const Dataset>(open_dataset(spec, Split::train));
+  const int64_t global_batch = config.batch_size * num_towers;
+
+  // Resume: the latest checkpoint of the train dir, or the one named by --resume_from.
+  std::filesystem::create_directories(config.train_dir);
+  std::optional<CheckpointData> checkpoint;
+  std::string prefix = config.resume_from;
+  if (prefix.empty()) {
+    if (auto latest = checkpoint_latest(config.train_dir)) prefix = *latest;
+  }
+  if (!prefix.empty()) {
+    checkpoint = checkpoint_load(prefix);
+    nlohmann::json expected = run_identity(config, devices.size());
+    const nlohmann::json& saved = checkpoint->state.at("run");
+    for (auto& [key, value] : expected.items())
+      if (saved.value(key, nlohmann::json()) != value)
+        fail("checkpoint {} was written by a run with {} = {}, but this run has {} = {}; use "
+             "another --train_dir or the same flags",
+             prefix, key, saved.value(key, nlohmann::json()).dump(), key, value.dump());
+  }
+
+  PipelineOptions pipeline_options;
+  pipeline_options.batch_size = global_batch;
+  pipeline_options.seed = config.seed;
+  pipeline_options.num_workers = std::max(config.num_preprocess_threads, 0);
+  pipeline_options.transform = train_transform_for(model.default_input, train_set->image_shape());
+  if (checkpoint)
+    pipeline_options.start = {checkpoint->state.at("position").at("epoch").get<int64_t>(),
+                              checkpoint->state.at("position").at("step").get<int64_t>()};
+  InputPipeline pipeline(train_set, pipeline_options);
+  if (pipeline.batches_per_epoch() < 1)
+    fail("the data set {} has {} examples, fewer than one global batch of {}", train_set->name,
+         train_set->size(), global_batch);
+  const int num_classes = train_set->num_classes;
+
+  TowerFn tower_fn = [&](const Scope& scope, Value images, Value labels) {
+    ModelOutputs out = model.build(scope, images, num_classes, Mode::train);
+    LossOutputs loss = classification_loss(scope, out.logits, labels);
+    Value accuracy = ops::accuracy(scope, out.logits, labels);
+    return TowerOutputs{loss.total_loss, {loss.cross_entropy, accuracy}, out.updates};
+  };
+  DataParallelOptions dp_options;
+  dp_options.devices = devices;
+  dp_options.strategy = config.strategy;
+  dp_options.bucket_bytes = static_cast<size_t>(config.bucket_mb * 1024 * 1024);
+  dp_options.seed = config.seed;
+  DataParallel dp(pipeline.image_shape(), global_batch, tower_fn, dp_options);
+  if (config.log_device_placement)
+    for (int t = 0; t < dp.num_towers(); ++t) std::fputs(dp.program(t).placement_log().c_str(), stderr);
+
+  // One optimizer per replica: identical inputs, identical updates, identical replicas.
+  const auto& trainable = dp.trainable();
+  std::vector<std::unique_ptr<Optimizer>> optimizers;
+  std::vector<std::vector<Param>> params(static_cast<size_t>(dp.num_replicas()));
+  for (int r = 0; r < dp.num_replicas(); ++r) {
+    for (size_t v = 0; v < trainable.size(); ++v)
+      params[static_cast<size_t>(r)].push_back(
+          {trainable[v].name, &dp.replica(r).get(trainable[v].name), &dp.gradient(r, static_cast<int>(v))});
+    optimizers.push_back(make_optimizer(config.optimizer));
+    optimizers.back()->init(params[static_cast<size_t>(r)]);
+  }
+  const int64_t steps_per_epoch = pipeline.batches_per_epoch();
+  const int64_t total_steps =
+      config.max_steps > 0 ? config.max_steps
+                           : static_cast<int64_t>(std::ceil((config.epochs > 0 ? config.epochs : 1.0) *
+                                                            static_cast<double>(steps_per_epoch)));
+  auto schedule = parse_lr_schedule(config.lr_schedule, config.lr, steps_per_epoch, total_steps);
+  std::unique_ptr<ExponentialMovingAverage> ema;
+  if (config.ema_decay > 0) {
+    ema = std::make_unique<ExponentialMovingAverage>(config.ema_decay);
+    std::vector<std::pair<std::string, const Tensor*>> vars;
+    for (const auto& v : trainable) vars.push_back({v.name, &dp.replica(0).get(v.name)});
+    ema->init(vars);
+  }
+
+  int64_t step = 0;
+  if (checkpoint) {
+    step = checkpoint->step;
+    auto take = [&](const std::string& name, Tensor& into) {
+      auto it = checkpoint->tensors.find(name);
+      if (it == checkpoint->tensors.end())
+        fail("checkpoint {} has no tensor '{}' (was it written by another model?)", prefix, name);
+      if (it->second.shape() != into.shape())
+        fail("checkpoint {}: tensor '{}' has shape {}, the model expects {}", prefix, name,
+             it->second.shape().to_string(), into.shape().to_string());
+      into.copy_from(it->second);
+    };
+    for (int r = 0; r < dp.num_replicas(); ++r) {
+      for (const std::string& name : dp.replica(r).names()) take(name, dp.replica(r).get(name));
+      for (auto& [name, slot] : optimizers[static_cast<size_t>(r)]->slots()) take(name, *slot);
+    }
+    if (ema)
+      for (auto& [name, shadow] : ema->shadows()) take(name, *shadow);
+    std::printf("resumed from %s at step %lld\n", prefix.c_str(), static_cast<long long>(step));
+  }
+
+  // Hooks.
+  MetricsLog metrics(config.train_dir + "/metrics.jsonl");
+  std::unique_ptr<EventWriter> events;
+  if (config.summaries) events = std::make_unique<EventWriter>(config.train_dir);
+  std::unique_ptr<Evaluator> evaluator;
+  auto evaluate = [&]() {
+    if (!evaluator) {
+      auto test_set = std::make_shared<const Dataset>(open_dataset(spec, Split::test));
+      evaluator = std::make_unique<Evaluator>(
+          config.model, test_set, eval_transform_for(model.default_input, test_set->image_shape()),
+          500, cpu_info().num_cores);
+    }
+    return evaluator->evaluate([&](const std::string& name) -> const Tensor& {
+      if (ema && ema->has(name)) return ema->shadow(name);
+      return dp.replica(0).get(name);
+    });
+  };
+  auto save = [&]() {
+    std::vector<std::pair<std::string, const Tensor*>> tensors;
+    for (const std::string& name : dp.replica(0).names()) tensors.push_back({name, &dp.replica(0).get(name)});
+    for (auto& [name, slot] : optimizers[0]->slots()) tensors.push_back({name, slot});
+    if (ema)
+      for (auto& [name, shadow] : ema->shadows()) tensors.push_back({name, shadow});
+    Position position = pipeline.position();
+    nlohmann::json state = {{"step", step},
+                            {"epoch", position.epoch},
+                            {"position", {{"epoch", position.epoch}, {"step", position.step}}},
+                            {"run", run_identity(config, devices.size())},
+                            {"devices", [&] {
+                               std::vector<std::string> d;
+                               for (auto& dev : devices) d.push_back(dev.to_string());
+                               return d;
+                             }()},
+                            {"ema", ema != nullptr}};
+    checkpoint_save(config.train_dir, step, tensors, state, config.keep_checkpoints);
+  };
+
+  StopSignals signals;
+  TrainResult result;
+  auto last_save = Clock::now();
+  auto window_start = Clock::now();
+  int64_t window_steps = 0;
+  std::printf("training %s on %s: %d tower%s (%s), global batch %lld, %lld steps (%lld per epoch)\n",
+              config.model.c_str(), train_set->name.c_str(), num_towers, num_towers == 1 ? "" : "s",
+              std::string(strategy_name(config.strategy)).c_str(), static_cast<long long>(global_batch),
+              static_cast<long long>(total_steps), static_cast<long long>(steps_per_epoch));
+  std::fflush(stdout);
+  while (step < total_steps) {
+    Batch batch = pipeline.next();
+    StepResult out = dp.step(batch.images, batch.labels, static_cast<uint64_t>(step));
+    if (!std::isfinite(out.loss))
+      fail("the loss is {} at step {}: training diverged (try a lower --lr or --clip_norm); "
+           "the last good checkpoint in {} is kept",
+           out.loss, step, config.train_dir);
+    const float lr = schedule->lr(step);
+    for (int r = 0; r < dp.num_replicas(); ++r) {
+      if (config.clip_norm > 0) {
+        std::vector<Tensor*> grads;
+        for (auto& p : params[static_cast<size_t>(r)]) grads.push_back(const_cast<Tensor*>(p.grad));
+        clip_by_global_norm(grads, config.clip_norm);
+      }
+      optimizers[static_cast<size_t>(r)]->apply(params[static_cast<size_t>(r)], lr, step);
+    }
+#ifndef NDEBUG
+    TOWER_CHECK_MSG(dp.replicas_identical(), "replicas diverged at step {}", step);
+#endif
+    ++step;
+    if (ema) ema->update(step);
+    ++window_steps;
+    result.last_loss = out.loss;
+
+    const bool last = step == total_steps;
+    if (config.log_every > 0 && (step % config.log_every == 0 || last)) {
+      double seconds = std::chrono::duration<double>(Clock::now() - window_start).count();
+      double per_batch = seconds / static_cast<double>(window_steps);
+      double examples_per_sec = static_cast<double>(global_batch) / per_batch;
+      std::printf("step %lld, loss = %.4f (%.1f examples/sec; %.3f sec/batch) lr %.3g\n",
+                  static_cast<long long>(step), out.loss, examples_per_sec, per_batch, lr);
+      std::fflush(stdout);
+      metrics.append({{"step", step},
+                      {"epoch", static_cast<double>(step) / static_cast<double>(steps_per_epoch)},
+                      {"loss", out.loss},
+                      {"cross_entropy", out.metrics[0]},
+                      {"train_accuracy", out.metrics[1]},
+                      {"lr", lr},
+                      {"examples_per_sec", examples_per_sec}});
+      if (events) {
+        events->add_scalar("total_loss", out.loss, step);
+        events->add_scalar("cross_entropy", out.metrics[0], step);
+        events->add_scalar("learning_rate", lr, step);
+        events->add_scalar("examples_per_sec", static_cast<float>(examples_per_sec), step);
+        for (size_t v = 0; v < trainable.size(); ++v) {
+          const Tensor& w = dp.replica(0).get(trainable[v].name);
+          events->add_histogram(trainable[v].name, w.data<float>(), static_cast<size_t>(w.numel()), step);
+          const Tensor& g = dp.gradient(0, static_cast<int>(v));
+          events->add_histogram(trainable[v].name + "/gradients", g.data<float>(),
+                                static_cast<size_t>(g.numel()), step);
+        }
+        events->flush();
+      }
+      window_start = Clock::now();
+      window_steps = 0;
+    }
+    if (config.eval_every > 0 && step % config.eval_every == 0 && !last) {
+      double precision = evaluate();
+      std::printf("step %lld, precision @ 1 = %.4f\n", static_cast<long long>(step), precision);
+      metrics.append({{"step", step}, {"eval_precision_at_1", precision}});
+      if (events) events->add_scalar("precision_at_1", static_cast<float>(precision), step);
+      result.eval_accuracy = precision;
+    }
+    const bool stop = g_stop_signal.load() != 0;
+    const double since_save = std::chrono::duration<double>(Clock::now() - last_save).count();
+    if (last || stop || (config.save_every_steps > 0 && step % config.save_every_steps == 0) ||
+        (config.save_every_secs > 0 && since_save >= config.save_every_secs)) {
+      save();
+      last_save = Clock::now();
+    }
+    if (stop) {
+      std::printf("stopped by signal %d at step %lld; checkpoint written\n", g_stop_signal.load(),
+                  static_cast<long long>(step));
+      result.interrupted = true;
+      break;
+    }
+  }
+  if (config.final_eval && !result.interrupted) {
+    double precision = evaluate();
+    std::printf("precision @ 1 = %.4f (%lld test examples, %s weights)\n", precision,
+                static_cast<long long>(evaluator->examples()), ema ? "moving-average" : "raw");
+    metrics.append({{"step", step}, {"eval_precision_at_1", precision}});
+    if (events) events->add_scalar("precision_at_1", static_cast<float>(precision), step);
+    result.eval_accuracy = precision;
+  }
+  result.steps = step;
+  result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return result;
+}
+
+}  // namespace tower

@@ -17,7 +17,8 @@ int main(int argc, char** argv) {
   CLI::App app{"tower: synchronous data-parallel training of neural networks on every device"};
   app.set_version_flag("--version", std::string("tower ") + TOWER_VERSION);
   app.require_subcommand(1);
-  app.failure_message(CLI::FailureMessage::help);
+  app.failure_message(CLI::FailureMessage::simple);
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // last flag wins
   for (auto& command : tower::cli::commands()) {
     CLI::App* sub = app.add_subcommand(command.name, command.help);
     command.setup(*sub);

@@ -1,0 +1,168 @@
+// Runs the real `tower` binary: train, kill, resume, signals, eval, bad input.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "testing/subprocess.h"
+#include "testing/tmp_dir.h"
+#include "tower/io/checkpoint.h"
+#include "tower/io/safetensors.h"
+
+namespace tower {
+namespace {
+
+using testing::run_tower;
+using testing::TmpDir;
+
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+// A small generated CIFAR-10-format data set shared by the tests of this file.
+class CliTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    data_ = new TmpDir();
+    auto r = run_tower("make-dataset --format cifar10 --out " + data_->path() +
+                       " --num_train 1000 --num_test 200 --seed 1");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  static void TearDownTestSuite() { delete data_; }
+  static std::string train_flags(const std::string& dir, int steps) {
+    return "train --model cifar10 --data cifar10:" + data_->path() +
+           " --num_devices 2 --batch_size 8 --optimizer momentum --lr 0.01 --ema_decay 0.99"
+           " --seed 3 --log_every 20 --save_every_steps 10 --max_steps " + std::to_string(steps) +
+           " --train_dir " + dir;
+  }
+  static TmpDir* data_;
+};
+TmpDir* CliTest::data_ = nullptr;
+
+void expect_same_tensors(const std::string& a, const std::string& b) {
+  SafetensorsFile fa = safetensors_read(a), fb = safetensors_read(b);
+  ASSERT_EQ(fa.tensors.size(), fb.tensors.size());
+  for (const auto& [name, ta] : fa.tensors) {
+    const Tensor& tb = fb.tensors.at(name);
+    ASSERT_EQ(ta.shape(), tb.shape()) << name;
+    EXPECT_EQ(std::memcmp(ta.raw_data(), tb.raw_data(), ta.nbytes()), 0) << name << " differs";
+  }
+}
+
+TEST_F(CliTest, KilledAndResumedRunEndsBitwiseIdenticalToAnUninterruptedOne) {
+  TmpDir dirs;
+  const int steps = 200;
+  auto full = run_tower(train_flags(dirs / "full", steps));
+  ASSERT_EQ(full.exit_code, 0) << full.output;
+  EXPECT_TRUE(contains(full.output, "step 20, loss = ")) << full.output;
+  EXPECT_TRUE(contains(full.output, "precision @ 1 = ")) << full.output;
+
+  // Kill -9 somewhere in the middle, then run the same command again.
+  pid_t pid = testing::spawn_tower(train_flags(dirs / "killed", steps), dirs / "killed.log");
+  for (int i = 0; i < 600 && checkpoint_list(dirs / "killed").size() < 3; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  kill(pid, SIGKILL);
+  ASSERT_EQ(testing::wait_exit_code(pid), 128 + SIGKILL) << "the run ended before it was killed";
+  auto saved = checkpoint_list(dirs / "killed");
+  ASSERT_FALSE(saved.empty());
+  ASSERT_LT(saved.back(), steps);
+  auto resumed = run_tower(train_flags(dirs / "killed", steps));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_TRUE(contains(resumed.output, "resumed from")) << resumed.output;
+  expect_same_tensors(checkpoint_prefix(dirs / "full", steps) + ".safetensors",
+                      checkpoint_prefix(dirs / "killed", steps) + ".safetensors");
+
+  // Evaluation and inspection of what was written.
+  auto eval = run_tower("eval --run_once --train_dir " + (dirs / "full"));
+  EXPECT_EQ(eval.exit_code, 0) << eval.output;
+  EXPECT_TRUE(contains(eval.output, "step 200: precision @ 1 = ")) << eval.output;
+  auto inspect = run_tower("inspect " + (dirs / "full"));
+  EXPECT_EQ(inspect.exit_code, 0) << inspect.output;
+  EXPECT_TRUE(contains(inspect.output, "conv1/weights")) << inspect.output;
+  EXPECT_TRUE(contains(inspect.output, "(64, 3, 5, 5)")) << inspect.output;
+  EXPECT_TRUE(std::filesystem::exists(dirs / "full/metrics.jsonl"));
+  EXPECT_TRUE(std::filesystem::exists(dirs / "full/checkpoint"));
+}
+
+TEST_F(CliTest, SigtermFinishesTheStepWritesACheckpointAndExitsCleanly) {
+  TmpDir dirs;
+  pid_t pid = testing::spawn_tower(train_flags(dirs / "run", 100000), dirs / "run.log");
+  for (int i = 0; i < 600 && checkpoint_list(dirs / "run").empty(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  kill(pid, SIGTERM);
+  EXPECT_EQ(testing::wait_exit_code(pid), 0);
+  std::ifstream log(dirs / "run.log");
+  std::string text((std::istreambuf_iterator<char>(log)), {});
+  EXPECT_TRUE(contains(text, "stopped by signal")) << text;
+  auto saved = checkpoint_list(dirs / "run");
+  ASSERT_FALSE(saved.empty());
+  EXPECT_TRUE(contains(text, "checkpoint written")) << text;
+  EXPECT_TRUE(contains(text, "step " + std::to_string(saved.back()))) << text;
+}
+
+TEST_F(CliTest, CorruptCheckpointIsAClearError) {
+  TmpDir dirs;
+  ASSERT_EQ(run_tower(train_flags(dirs / "run", 10)).exit_code, 0);
+  std::string file = checkpoint_prefix(dirs / "run", 10) + ".safetensors";
+  std::filesystem::resize_file(file, std::filesystem::file_size(file) / 2);
+  auto eval = run_tower("eval --run_once --train_dir " + (dirs / "run"));
+  EXPECT_EQ(eval.exit_code, 1);
+  EXPECT_TRUE(contains(eval.output, file)) << eval.output;
+  auto resume = run_tower(train_flags(dirs / "run", 20));
+  EXPECT_EQ(resume.exit_code, 1);
+  EXPECT_TRUE(contains(resume.output, file)) << resume.output;
+}
+
+TEST_F(CliTest, ResumingWithOtherFlagsIsAClearError) {
+  TmpDir dirs;
+  ASSERT_EQ(run_tower(train_flags(dirs / "run", 10)).exit_code, 0);
+  auto r = run_tower(train_flags(dirs / "run", 20) + " --model lenet");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(contains(r.output, "model")) << r.output;
+}
+
+TEST_F(CliTest, NanLossStopsWithTheStep) {
+  TmpDir dirs;
+  auto r = run_tower(train_flags(dirs / "run", 50) + " --lr 1e12");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, "diverged")) << r.output;
+  EXPECT_TRUE(contains(r.output, "at step")) << r.output;
+}
+
+TEST(CliErrorsTest, BadFlagsAndMissingDataAreOneClearLine) {
+  auto bad_number = run_tower("train --batch_size abc");
+  EXPECT_EQ(bad_number.exit_code, 2);
+  EXPECT_TRUE(contains(bad_number.output, "--batch_size")) << bad_number.output;
+  auto unknown = run_tower("train --no_such_flag 1");
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_TRUE(contains(unknown.output, "--no_such_flag")) << unknown.output;
+  auto strategy = run_tower("train --strategy ring --max_steps 1");
+  EXPECT_EQ(strategy.exit_code, 1);
+  EXPECT_TRUE(contains(strategy.output, "--strategy 'ring'")) << strategy.output;
+  auto missing = run_tower("train --data cifar10:/nonexistent/cifar --max_steps 1");
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_TRUE(contains(missing.output, "/nonexistent/cifar")) << missing.output;
+  auto model = run_tower("train --model vgg --max_steps 1");
+  EXPECT_EQ(model.exit_code, 1);
+  EXPECT_TRUE(contains(model.output, "unknown model 'vgg'")) << model.output;
+  auto gpu = run_tower("train --devices cuda:3 --max_steps 1");
+  EXPECT_EQ(gpu.exit_code, 1);
+  EXPECT_TRUE(contains(gpu.output, "--allow_soft_placement")) << gpu.output;
+}
+
+TEST(CliInfoTest, DevicesModelsVersion) {
+  auto devices = run_tower("devices");
+  EXPECT_EQ(devices.exit_code, 0);
+  EXPECT_TRUE(contains(devices.output, "cpu:0")) << devices.output;
+  auto models = run_tower("models");
+  EXPECT_EQ(models.exit_code, 0);
+  EXPECT_TRUE(contains(models.output, "1068298")) << models.output;
+  auto version = run_tower("--version");
+  EXPECT_EQ(version.exit_code, 0);
+  EXPECT_TRUE(contains(version.output, "tower ")) << version.output;
+}
+
+}  // namespace
+}  // namespace tower

@@ -47,9 +47,9 @@ CommandRegistrar registrar{{"train", "Train a model on every device (resumes fro
   app.add_option("--bucket_mb", c.bucket_mb, "All-reduce bucket size in MB")->capture_default_str();
   app.add_option("--batch_size", c.batch_size, "Examples per tower per step")->capture_default_str()
       ->check(CLI::PositiveNumber);
-  app.add_option("--max_steps", c.max_steps, "Stop after this many steps (0: use --epochs)")
+  app.add_option("--max_steps", c.max_steps, "Stop after this many steps (overrides --epochs)")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--epochs", c.epochs, "Stop after this many epochs (default 1 without --max_steps)")
+  app.add_option("--epochs", c.epochs, "Stop after this many epochs")->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   app.add_option("--train_dir", c.train_dir, "Checkpoints, metrics.jsonl and TensorBoard logs")
       ->capture_default_str();
@@ -57,6 +57,9 @@ CommandRegistrar registrar{{"train", "Train a model on every device (resumes fro
   app.add_option("--momentum", c.optimizer.momentum, "Momentum coefficient")->capture_default_str();
   app.add_flag("--nesterov", c.optimizer.nesterov, "Nesterov momentum");
   app.add_option("--weight_decay", c.optimizer.weight_decay, "Decoupled weight decay (adamw)");
+  app.add_option("--beta1", c.optimizer.beta1, "Adam beta1")->capture_default_str();
+  app.add_option("--beta2", c.optimizer.beta2, "Adam beta2")->capture_default_str();
+  app.add_option("--epsilon", c.optimizer.epsilon, "Adam epsilon")->capture_default_str();
   app.add_option("--lr", c.lr, "Initial learning rate")->capture_default_str();
   app.add_option("--lr_schedule", c.lr_schedule,
                  "constant | exponential:decay_epochs=350,rate=0.1,staircase=1 | "

@@ -33,7 +33,7 @@ class CliTest : public ::testing::Test {
   static void TearDownTestSuite() { delete data_; }
   static std::string train_flags(const std::string& dir, int steps) {
     return "train --model cifar10 --data cifar10:" + data_->path() +
-           " --num_devices 2 --batch_size 8 --optimizer momentum --lr 0.01 --ema_decay 0.99"
+           " --num_devices 2 --batch_size 8 --optimizer momentum --lr 0.01 --lr_schedule constant --ema_decay 0.99"
            " --seed 3 --log_every 20 --save_every_steps 10 --max_steps " + std::to_string(steps) +
            " --train_dir " + dir;
   }

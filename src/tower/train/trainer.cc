@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tower/core/thread_pool.h"
 #include "tower/data/input_pipeline.h"
 #include "tower/io/checkpoint.h"
 #include "tower/io/event_writer.h"
@@ -70,6 +71,9 @@ TrainResult train(const TrainConfig& config) {
   const std::vector<Device> devices = choose_devices(config);
   const int num_towers = static_cast<int>(devices.size());
   if (config.batch_size < 1) fail("--batch_size must be >= 1, got {}", config.batch_size);
+  if (config.clip_norm < 0) fail("--clip_norm must be >= 0 (0: no clipping), got {}", config.clip_norm);
+  if (config.max_steps <= 0 && config.epochs <= 0)
+    fail("nothing to train: give --max_steps N or --epochs E greater than 0");
   const ModelDef& model = get_model(config.model);
   const DatasetSpec spec = parse_dataset_spec(config.data);
   auto train_set = std::make_shared<const Dataset>(open_dataset(spec, Split::train));
@@ -135,9 +139,9 @@ TrainResult train(const TrainConfig& config) {
   }
   const int64_t steps_per_epoch = pipeline.batches_per_epoch();
   const int64_t total_steps =
-      config.max_steps > 0 ? config.max_steps
-                           : static_cast<int64_t>(std::ceil((config.epochs > 0 ? config.epochs : 1.0) *
-                                                            static_cast<double>(steps_per_epoch)));
+      config.max_steps > 0
+          ? config.max_steps
+          : static_cast<int64_t>(std::ceil(config.epochs * static_cast<double>(steps_per_epoch)));
   auto schedule = parse_lr_schedule(config.lr_schedule, config.lr, steps_per_epoch, total_steps);
   std::unique_ptr<ExponentialMovingAverage> ema;
   if (config.ema_decay > 0) {
@@ -205,6 +209,7 @@ TrainResult train(const TrainConfig& config) {
     checkpoint_save(config.train_dir, step, tensors, state, config.keep_checkpoints);
   };
 
+  ThreadPool update_pool(dp.num_replicas() - 1);
   StopSignals signals;
   TrainResult result;
   auto last_save = Clock::now();
@@ -223,14 +228,16 @@ TrainResult train(const TrainConfig& config) {
            "the last good checkpoint in {} is kept",
            out.loss, step, config.train_dir);
     const float lr = schedule->lr(step);
-    for (int r = 0; r < dp.num_replicas(); ++r) {
+    // Replicas are independent: update them side by side (each gets identical bits anyway).
+    update_pool.parallel_for(dp.num_replicas(), [&](int64_t r) {
+      auto& replica_params = params[static_cast<size_t>(r)];
       if (config.clip_norm > 0) {
         std::vector<Tensor*> grads;
-        for (auto& p : params[static_cast<size_t>(r)]) grads.push_back(const_cast<Tensor*>(p.grad));
+        for (auto& p : replica_params) grads.push_back(const_cast<Tensor*>(p.grad));
         clip_by_global_norm(grads, config.clip_norm);
       }
-      optimizers[static_cast<size_t>(r)]->apply(params[static_cast<size_t>(r)], lr, step);
-    }
+      optimizers[static_cast<size_t>(r)]->apply(replica_params, lr, step);
+    });
 #ifndef NDEBUG
     TOWER_CHECK_MSG(dp.replicas_identical(), "replicas diverged at step {}", step);
 #endif

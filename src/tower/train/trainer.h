@@ -24,12 +24,13 @@ struct TrainConfig {
   Strategy strategy = Strategy::allreduce;
   double bucket_mb = 25;
   int64_t batch_size = 64;      // per tower, like the classic flag
-  int64_t max_steps = 0;        // 0: use epochs
-  double epochs = 0;            // 0 and max_steps 0: 1 epoch
+  int64_t max_steps = 0;        // > 0: overrides epochs
+  double epochs = 2.5;
   std::string train_dir = "train";
-  OptimizerConfig optimizer;
-  float lr = 0.001f;
-  std::string lr_schedule = "constant";
+  // The defaults are the recipe of the default run (lenet on Fashion-MNIST, >= 91% in 90 s).
+  OptimizerConfig optimizer{.name = "adam"};
+  float lr = 0.003f;
+  std::string lr_schedule = "cosine:warmup_steps=50";
   float clip_norm = 0;          // > 0: clip gradients by global norm
   float ema_decay = 0.9999f;    // 0: no moving average of the weights
   uint64_t seed = 1;

@@ -76,6 +76,7 @@ void run_bench(const Flags& flags) {
   for (int64_t i = 0; i < flags.batch_size; ++i) labels.data<int32_t>()[i] = static_cast<int32_t>(i % 10);
 
   double seconds = 0, flops = 0;
+  nlohmann::json extra;
   if (flags.mode == "train") {
     DataParallelOptions options;
     options.devices.clear();
@@ -106,6 +107,13 @@ void run_bench(const Flags& flags) {
       ++step;
     });
     flops = graph_flops(dp.graph());
+    // Reduction cost of the last step: all work of the reducer threads, and the part the step
+    // waited for after every tower had finished its backward pass (not hidden by overlap).
+    ReduceTrace trace = dp.reducer().trace();
+    extra = {{"strategy", flags.strategy},
+             {"reduce_ms", trace.reduce_seconds * 1e3},
+             {"reduce_wait_ms", trace.finish_wait_seconds * 1e3},
+             {"reduce_wait_share", trace.finish_wait_seconds / seconds}};
   } else {
     Graph graph;
     Scope scope(graph);
@@ -130,6 +138,7 @@ void run_bench(const Flags& flags) {
                          {"gflops", flops / seconds / 1e9},
                          {"mflop_per_image", flops / static_cast<double>(flags.batch_size) / 1e6},
                          {"peak_rss_mb", static_cast<double>(usage.ru_maxrss) / 1024.0}};
+  line.update(extra);
   fmt::print("{}\n", line.dump());
 }
 

@@ -102,17 +102,22 @@ TEST_F(CliTest, SigtermFinishesTheStepWritesACheckpointAndExitsCleanly) {
   EXPECT_TRUE(contains(text, "step " + std::to_string(saved.back()))) << text;
 }
 
-TEST_F(CliTest, CorruptCheckpointIsAClearError) {
+TEST_F(CliTest, CorruptCheckpointIsAClearErrorAndAnOlderOneIsOffered) {
   TmpDir dirs;
-  ASSERT_EQ(run_tower(train_flags(dirs / "run", 10)).exit_code, 0);
-  std::string file = checkpoint_prefix(dirs / "run", 10) + ".safetensors";
+  ASSERT_EQ(run_tower(train_flags(dirs / "run", 20)).exit_code, 0);
+  std::string file = checkpoint_prefix(dirs / "run", 20) + ".safetensors";
   std::filesystem::resize_file(file, std::filesystem::file_size(file) / 2);
   auto eval = run_tower("eval --run_once --train_dir " + (dirs / "run"));
   EXPECT_EQ(eval.exit_code, 1);
   EXPECT_TRUE(contains(eval.output, file)) << eval.output;
-  auto resume = run_tower(train_flags(dirs / "run", 20));
+  auto resume = run_tower(train_flags(dirs / "run", 30));
   EXPECT_EQ(resume.exit_code, 1);
   EXPECT_TRUE(contains(resume.output, file)) << resume.output;
+  const std::string older = checkpoint_prefix(dirs / "run", 10);
+  EXPECT_TRUE(contains(resume.output, "--resume_from " + older)) << resume.output;
+  auto from_older = run_tower(train_flags(dirs / "run", 30) + " --resume_from " + older);
+  EXPECT_EQ(from_older.exit_code, 0) << from_older.output;
+  EXPECT_TRUE(contains(from_older.output, "at step 10")) << from_older.output;
 }
 
 TEST_F(CliTest, ResumingWithOtherFlagsIsAClearError) {

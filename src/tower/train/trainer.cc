@@ -1,5 +1,6 @@
 #include "tower/train/trainer.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -7,6 +8,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <optional>
+
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -45,6 +48,10 @@ struct StopSignals {
   void (*previous_term)(int);
 };
 
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
 std::vector<Device> choose_devices(const TrainConfig& config) {
   if (!config.devices.empty()) return resolve_devices(config.devices, config.allow_soft_placement);
   int n = config.num_devices > 0 ? config.num_devices : cpu_info().num_cores;
@@ -62,6 +69,25 @@ nlohmann::json run_identity(const TrainConfig& config, size_t num_towers) {
           {"strategy", std::string(strategy_name(config.strategy))},
           {"optimizer", config.optimizer.name},
           {"seed", config.seed}};
+}
+
+// An image summary of the first few training inputs after distortion, each rescaled to 0..255.
+void add_input_images(EventWriter& events, const Tensor& images, int64_t step) {
+  const Shape& s = images.shape();
+  const int c = static_cast<int>(s[1]), h = static_cast<int>(s[2]), w = static_cast<int>(s[3]);
+  if (c != 1 && c != 3) return;
+  const int64_t plane = static_cast<int64_t>(h) * w;
+  for (int64_t n = 0; n < std::min<int64_t>(s[0], 3); ++n) {
+    const float* x = images.data<float>() + n * c * plane;
+    auto [lo, hi] = std::minmax_element(x, x + c * plane);
+    const float range = *hi > *lo ? *hi - *lo : 1.0f;
+    std::vector<uint8_t> hwc(static_cast<size_t>(c * plane));
+    for (int64_t p = 0; p < plane; ++p)
+      for (int ch = 0; ch < c; ++ch)
+        hwc[static_cast<size_t>(p * c + ch)] =
+            static_cast<uint8_t>(255.0f * (x[ch * plane + p] - *lo) / range + 0.5f);
+    events.add_image(fmt::format("input/image/{}", n), hwc.data(), h, w, c, step);
+  }
 }
 
 }  // namespace
@@ -87,7 +113,17 @@ TrainResult train(const TrainConfig& config) {
     if (auto latest = checkpoint_latest(config.train_dir)) prefix = *latest;
   }
   if (!prefix.empty()) {
-    checkpoint = checkpoint_load(prefix);
+    try {
+      checkpoint = checkpoint_load(prefix);
+    } catch (const Error& e) {
+      // Never fall back silently: say which older checkpoint could be used instead.
+      auto steps = checkpoint_list(config.train_dir);
+      std::string older;
+      for (int64_t s : steps)
+        if (checkpoint_prefix(config.train_dir, s) != prefix) older = checkpoint_prefix(config.train_dir, s);
+      if (!config.resume_from.empty() || older.empty()) throw;
+      fail("{}\nan older checkpoint exists: pass --resume_from {} to resume from it", e.what(), older);
+    }
     nlohmann::json expected = run_identity(config, devices.size());
     const nlohmann::json& saved = checkpoint->state.at("run");
     for (auto& [key, value] : expected.items())
@@ -210,6 +246,11 @@ TrainResult train(const TrainConfig& config) {
   };
 
   ThreadPool update_pool(dp.num_replicas() - 1);
+  // On a terminal a live progress line replaces the classic log lines.
+  const bool progress_bar = isatty(STDOUT_FILENO) != 0;
+  const int64_t first_step = step;
+  const auto bar_start = Clock::now();
+  auto last_bar = bar_start;
   StopSignals signals;
   TrainResult result;
   auto last_save = Clock::now();
@@ -245,16 +286,35 @@ TrainResult train(const TrainConfig& config) {
     if (ema) ema->update(step);
     ++window_steps;
     result.last_loss = out.loss;
+    if (events && step == 1) add_input_images(*events, batch.images, step);
 
     const bool last = step == total_steps;
+    if (progress_bar && (last || seconds_since(last_bar) > 0.2)) {
+      last_bar = Clock::now();
+      const double elapsed = seconds_since(bar_start);
+      const double done = static_cast<double>(step - first_step) / static_cast<double>(total_steps - first_step);
+      const int filled = static_cast<int>(20 * static_cast<double>(step) / static_cast<double>(total_steps));
+      std::printf("\r[%s%s] epoch %.2f  step %lld/%lld  loss %.4f  %.0f examples/s  ETA %.0f s ",
+                  std::string(static_cast<size_t>(filled), '#').c_str(),
+                  std::string(static_cast<size_t>(20 - filled), '.').c_str(),
+                  static_cast<double>(step) / static_cast<double>(steps_per_epoch),
+                  static_cast<long long>(step), static_cast<long long>(total_steps), out.loss,
+                  static_cast<double>((step - first_step) * global_batch) / elapsed,
+                  done > 0 ? elapsed * (1 - done) / done : 0.0);
+      if (last) std::printf("\n");
+      std::fflush(stdout);
+    }
     if (config.log_every > 0 && (step % config.log_every == 0 || last)) {
       double seconds = std::chrono::duration<double>(Clock::now() - window_start).count();
       double per_batch = seconds / static_cast<double>(window_steps);
       double examples_per_sec = static_cast<double>(global_batch) / per_batch;
-      std::printf("step %lld, loss = %.4f (%.1f examples/sec; %.3f sec/batch) lr %.3g\n",
-                  static_cast<long long>(step), out.loss, examples_per_sec, per_batch, lr);
-      std::fflush(stdout);
+      if (!progress_bar) {
+        std::printf("step %lld, loss = %.4f (%.1f examples/sec; %.3f sec/batch) lr %.3g\n",
+                    static_cast<long long>(step), out.loss, examples_per_sec, per_batch, lr);
+        std::fflush(stdout);
+      }
       metrics.append({{"step", step},
+                      {"wall_time", seconds_since(start)},
                       {"epoch", static_cast<double>(step) / static_cast<double>(steps_per_epoch)},
                       {"loss", out.loss},
                       {"cross_entropy", out.metrics[0]},
@@ -280,8 +340,9 @@ TrainResult train(const TrainConfig& config) {
     }
     if (config.eval_every > 0 && step % config.eval_every == 0 && !last) {
       double precision = evaluate();
-      std::printf("step %lld, precision @ 1 = %.4f\n", static_cast<long long>(step), precision);
-      metrics.append({{"step", step}, {"eval_precision_at_1", precision}});
+      std::printf("%sstep %lld, precision @ 1 = %.4f\n", progress_bar ? "\n" : "",
+                  static_cast<long long>(step), precision);
+      metrics.append({{"step", step}, {"wall_time", seconds_since(start)}, {"eval_precision_at_1", precision}});
       if (events) events->add_scalar("precision_at_1", static_cast<float>(precision), step);
       result.eval_accuracy = precision;
     }
@@ -293,7 +354,8 @@ TrainResult train(const TrainConfig& config) {
       last_save = Clock::now();
     }
     if (stop) {
-      std::printf("stopped by signal %d at step %lld; checkpoint written\n", g_stop_signal.load(),
+      std::printf("%sstopped by signal %d at step %lld; checkpoint written\n", progress_bar ? "\n" : "",
+                  g_stop_signal.load(),
                   static_cast<long long>(step));
       result.interrupted = true;
       break;
@@ -303,12 +365,12 @@ TrainResult train(const TrainConfig& config) {
     double precision = evaluate();
     std::printf("precision @ 1 = %.4f (%lld test examples, %s weights)\n", precision,
                 static_cast<long long>(evaluator->examples()), ema ? "moving-average" : "raw");
-    metrics.append({{"step", step}, {"eval_precision_at_1", precision}});
+    metrics.append({{"step", step}, {"wall_time", seconds_since(start)}, {"eval_precision_at_1", precision}});
     if (events) events->add_scalar("precision_at_1", static_cast<float>(precision), step);
     result.eval_accuracy = precision;
   }
   result.steps = step;
-  result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  result.seconds = seconds_since(start);
   return result;
 }
 

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Towers benchmark (issue: multi-device data parallelism): cifar10 at global batch 256 on this
+# machine, 1 tower x 2 threads against 2 towers x 1 thread, for both strategies, with the share of
+# the step spent waiting for gradient reduction (the part not overlapped with backward).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+TOWER=${TOWER:-build/bin/tower}
+threads=$(nproc)
+printf "%-24s %12s %10s %10s %16s\n" layout images/s ms/step reduce_ms reduce_wait_share
+run() {
+  local label=$1; shift
+  local j
+  j=$($TOWER bench --model cifar10 --batch_size 256 --threads "$threads" --steps 5 --windows 3 "$@" | tail -1)
+  echo "# $j" >&2
+  python3 - "$label" "$j" <<'PY'
+import json, sys
+j = json.loads(sys.argv[2])
+print("%-24s %12.1f %10.1f %10.2f %15.1f%%" % (sys.argv[1], j["images_per_sec"], j["ms_per_step"],
+      j["reduce_ms"], 100 * j["reduce_wait_share"]))
+PY
+}
+run "1 tower x $threads threads" --num_devices 1 --strategy allreduce
+run "2 towers, allreduce" --num_devices 2 --strategy allreduce
+run "2 towers, central" --num_devices 2 --strategy central

@@ -9,12 +9,6 @@ namespace {
 using dnnl::algorithm;
 using dnnl::memory;
 
-dnnl::primitive_attr user_scratchpad() {
-  dnnl::primitive_attr attr;
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  return attr;
-}
-
 memory::desc flat_md(const Shape& shape) { return plain_md(Shape{shape.numel()}); }
 
 // oneDNN's alpha: ELU's scale (1 in TensorFlow), but ReLU's negative slope (0).

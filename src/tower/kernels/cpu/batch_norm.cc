@@ -22,12 +22,6 @@ flags bn_flags(const Node& node) {
   return inference(node) ? f | flags::use_global_stats : f;
 }
 
-dnnl::primitive_attr user_scratchpad() {
-  dnnl::primitive_attr attr;
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  return attr;
-}
-
 dnnl::batch_normalization_forward::primitive_desc forward_pd(const Node& node, const Shape& x,
                                                              prop kind) {
   return build(node, [&] {

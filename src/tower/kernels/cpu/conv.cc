@@ -15,8 +15,6 @@ namespace {
 using dnnl::memory;
 using tag = memory::format_tag;
 
-constexpr size_t align64(size_t n) { return (n + 63) / 64 * 64; }
-
 memory::desc any_md(const Shape& shape) {
   return memory::desc(to_dims(shape), memory::data_type::f32, tag::any);
 }
@@ -29,12 +27,6 @@ ConvGeometry geometry(const Shape& x, const Shape& w, const ops::Conv2DAttrs& a)
   ops::AxisPadding ph = ops::axis_padding(x[2], w[2], a.strides[0], a.padding);
   ops::AxisPadding pw = ops::axis_padding(x[3], w[3], a.strides[1], a.padding);
   return {{a.strides[0], a.strides[1]}, {ph.before, pw.before}, {ph.after, pw.after}};
-}
-
-dnnl::primitive_attr user_scratchpad() {
-  dnnl::primitive_attr attr;
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  return attr;
 }
 
 // The forward descriptor, also the hint the backward primitives are built against.

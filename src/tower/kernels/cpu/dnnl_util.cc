@@ -29,6 +29,12 @@ dnnl::memory make_memory(const dnnl::memory::desc& md, const Tensor& tensor) {
   return dnnl::memory(md, engine(), const_cast<void*>(tensor.raw_data()));
 }
 
+dnnl::primitive_attr user_scratchpad() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
 void execute(const Node& node, const dnnl::primitive& prim,
              const std::unordered_map<int, dnnl::memory>& args) {
   try {

@@ -22,6 +22,11 @@ dnnl::memory::dims to_dims(const Shape& shape);
 // A memory object over a tensor's buffer (no copy).
 dnnl::memory make_memory(const dnnl::memory::desc& md, const Tensor& tensor);
 
+// Primitive attributes asking oneDNN to use the scratchpad we plan (no allocation in a step).
+dnnl::primitive_attr user_scratchpad();
+// Bytes rounded up to a 64-byte multiple (sub-buffers of a kernel's scratch stay aligned).
+constexpr size_t align64(size_t bytes) { return (bytes + 63) / 64 * 64; }
+
 // Runs a primitive on the calling thread's stream and waits; rethrows oneDNN errors as
 // tower::Error naming the node.
 void execute(const Node& node, const dnnl::primitive& prim,

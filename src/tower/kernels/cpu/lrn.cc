@@ -14,8 +14,8 @@
 namespace tower::cpu {
 namespace {
 
-// Floats, rounded up to a 64-byte multiple.
-constexpr size_t align64(size_t n) { return (n + 15) / 16 * 16; }
+// A count of floats rounded up so that the next buffer starts 64-byte aligned.
+constexpr size_t aligned_floats(size_t n) { return (n + 15) / 16 * 16; }
 
 // d^-beta, with the common exponents of LRN done without pow.
 inline float pow_neg(float d, float beta) {
@@ -58,7 +58,7 @@ class LRNKernel : public Kernel {
     batch_ = x[0];
     channels_ = x[1];
     plane_ = x[2] * x[3];
-    per_thread_ = align64(static_cast<size_t>(channels_ * plane_)) * (backward ? 3 : 2);
+    per_thread_ = aligned_floats(static_cast<size_t>(channels_ * plane_)) * (backward ? 3 : 2);
     threads_ = std::max(num_threads, 1);
   }
   size_t scratch_bytes() const override { return per_thread_ * sizeof(float) * static_cast<size_t>(threads_); }
@@ -72,7 +72,7 @@ class LRNKernel : public Kernel {
 #pragma omp parallel for num_threads(threads_) schedule(static)
     for (int64_t n = 0; n < batch_; ++n) {
       float* sq = scratch + per_thread_ * static_cast<size_t>(omp_get_thread_num());
-      float* d = sq + align64(static_cast<size_t>(image));
+      float* d = sq + aligned_floats(static_cast<size_t>(image));
       const float* xn = x + n * image;
       float* on = out + n * image;
       window_denominator(xn, channels_, plane_, attrs_, sq, d);
@@ -81,7 +81,7 @@ class LRNKernel : public Kernel {
         continue;
       }
       const float* dyn = dy + n * image;
-      float* t = d + align64(static_cast<size_t>(image));
+      float* t = d + aligned_floats(static_cast<size_t>(image));
       for (int64_t i = 0; i < image; ++i) {
         float p = pow_neg(d[i], attrs_.beta);
         t[i] = dyn[i] * xn[i] * p / d[i];

@@ -13,17 +13,9 @@ namespace {
 
 using dnnl::memory;
 
-constexpr size_t align64(size_t n) { return (n + 63) / 64 * 64; }
-
 dnnl::algorithm algorithm_of(bool is_max) {
   // TensorFlow's average ignores padded positions, as does its max.
   return is_max ? dnnl::algorithm::pooling_max : dnnl::algorithm::pooling_avg_exclude_padding;
-}
-
-dnnl::primitive_attr user_scratchpad() {
-  dnnl::primitive_attr attr;
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  return attr;
 }
 
 dnnl::pooling_forward::primitive_desc forward_pd(dnnl::prop_kind prop, bool is_max, const Shape& x,

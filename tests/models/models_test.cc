@@ -60,22 +60,39 @@ Problem separable(const Shape& example, int64_t n, uint64_t seed) {
   return p;
 }
 
+// A model's training graph for a batch of n: the loss (fetch 0) and the gradient of every
+// trainable variable (fetches 1..), compiled with initialized variables.
+struct TrainingGraph {
+  Graph graph;
+  Value images, labels;
+  std::vector<Value> fetches;
+  std::vector<Value> updates;
+  VariableStore variables;
+
+  TrainingGraph(const std::string& model, const Shape& example, int64_t n, int num_classes,
+                uint64_t seed) {
+    graph.seed = seed;
+    Scope s(graph);
+    images = s.placeholder("images", Shape{n, example[0], example[1], example[2]});
+    labels = s.placeholder("labels", Shape{n}, DType::i32);
+    ModelOutputs out = get_model(model).build(s, images, num_classes, Mode::train);
+    Value loss = classification_loss(s, out.logits, labels).total_loss;
+    std::vector<Value> xs;
+    for (const auto& v : graph.trainable_variables()) xs.push_back(v.value);
+    fetches = {loss};
+    for (Value grad : gradients(s, loss, xs)) fetches.push_back(grad);
+    updates = out.updates;
+    variables.initialize(graph, seed);
+  }
+};
+
 void expect_loss_goes_down(const std::string& name, const Shape& example, float lr) {
-  Graph g;
-  g.seed = 4;
-  Scope s(g);
   const int64_t n = 32;
-  Value images = s.placeholder("images", Shape{n, example[0], example[1], example[2]});
-  Value labels = s.placeholder("labels", Shape{n}, DType::i32);
-  ModelOutputs out = get_model(name).build(s, images, 4, Mode::train);
-  Value loss = classification_loss(s, out.logits, labels).total_loss;
-  std::vector<Value> xs;
-  for (const auto& v : g.trainable_variables()) xs.push_back(v.value);
-  std::vector<Value> fetches = {loss};
-  for (Value grad : gradients(s, loss, xs)) fetches.push_back(grad);
-  VariableStore vars;
-  vars.initialize(g, 4);
-  Program program(g, fetches, vars, {Device{}, 2}, out.updates);
+  TrainingGraph t(name, example, n, 4, 4);
+  Graph& g = t.graph;
+  VariableStore& vars = t.variables;
+  Value images = t.images, labels = t.labels;
+  Program program(g, t.fetches, vars, {Device{}, 2}, t.updates);
   Problem p = separable(example, n, 1);
   program.input(images).copy_from(p.images);
   program.input(labels).copy_from(p.labels);
@@ -98,19 +115,8 @@ TEST(ModelsTest, MlpLearnsASeparableProblem) { expect_loss_goes_down("mlp", Shap
 TEST(ModelsTest, LenetLearnsASeparableProblem) { expect_loss_goes_down("lenet", Shape{1, 28, 28}, 0.05f); }
 
 TEST(ModelsTest, StepAllocatesNothing) {
-  Graph g;
-  Scope s(g);
-  Value images = s.placeholder("images", Shape{8, 3, 24, 24});
-  Value labels = s.placeholder("labels", Shape{8}, DType::i32);
-  ModelOutputs out = get_model("cifar10").build(s, images, 10, Mode::train);
-  Value loss = classification_loss(s, out.logits, labels).total_loss;
-  std::vector<Value> xs;
-  for (const auto& v : g.trainable_variables()) xs.push_back(v.value);
-  std::vector<Value> fetches = {loss};
-  for (Value grad : gradients(s, loss, xs)) fetches.push_back(grad);
-  VariableStore vars;
-  vars.initialize(g, 1);
-  Program program(g, fetches, vars, {Device{}, 1});
+  TrainingGraph t("cifar10", Shape{3, 24, 24}, 8, 10, 1);
+  Program program(t.graph, t.fetches, t.variables, {Device{}, 1});
   program.run(0);  // warm-up: oneDNN may set up per-thread state on first use
   auto before = allocator_for(Device{}).counters().num_allocations;
   for (int step = 1; step < 4; ++step) program.run(static_cast<uint64_t>(step));

@@ -28,9 +28,7 @@ Evaluator::Evaluator(const std::string& model, std::shared_ptr<const Dataset> da
   m.options.drop_remainder = false;
   m.options.num_workers = 1;
   m.options.transform = std::move(transform);
-  // A pipeline only to learn the transformed shape; evaluate() makes a fresh one each time.
-  InputPipeline probe(dataset, m.options);
-  Shape example = probe.image_shape();
+  Shape example = transform_output_shape(m.options.transform, dataset->image_shape());
   Scope scope(m.graph);
   std::vector<int64_t> dims = {m.batch_size};
   for (int64_t d : example.dims()) dims.push_back(d);
@@ -71,20 +69,25 @@ double Evaluator::evaluate(const std::function<const Tensor&(const std::string&)
   return total > 0 ? static_cast<double>(correct) / static_cast<double>(total) : 0.0;
 }
 
-TransformSpec train_transform_for(const Shape& model_input, const Shape& data_image) {
-  if (data_image.rank() == 3 && data_image[1] == 32 && model_input.rank() == 3 && model_input[1] == 24)
-    return cifar10_train_transform();
+namespace {
+// The classic CIFAR-10 setup: a model for 24x24 crops fed with 32x32 images.
+bool cifar10_crops(const Shape& model_input, const Shape& data_image) {
+  return data_image.rank() == 3 && data_image[1] == 32 && model_input.rank() == 3 &&
+         model_input[1] == 24;
+}
+TransformSpec scale_to_unit() {
   TransformSpec spec;
   spec.scale = 1.0f / 255.0f;
   return spec;
 }
+}  // namespace
+
+TransformSpec train_transform_for(const Shape& model_input, const Shape& data_image) {
+  return cifar10_crops(model_input, data_image) ? cifar10_train_transform() : scale_to_unit();
+}
 
 TransformSpec eval_transform_for(const Shape& model_input, const Shape& data_image) {
-  if (data_image.rank() == 3 && data_image[1] == 32 && model_input.rank() == 3 && model_input[1] == 24)
-    return cifar10_eval_transform();
-  TransformSpec spec;
-  spec.scale = 1.0f / 255.0f;
-  return spec;
+  return cifar10_crops(model_input, data_image) ? cifar10_eval_transform() : scale_to_unit();
 }
 
 }  // namespace tower

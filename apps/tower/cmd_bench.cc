@@ -1,5 +1,7 @@
 // `tower bench`: training or inference throughput of a model on synthetic data, as one JSON line:
 // images_per_sec (median of timed windows after warm-up), ms_per_step, gflops, peak_rss_mb.
+// Under mpirun (train mode) the batch is split over the ranks and rank 0 prints the line, with
+// the time spent in cross-rank communication.
 #include <fmt/format.h>
 #include <sys/resource.h>
 
@@ -68,12 +70,16 @@ void run_bench(const Flags& flags) {
   const ModelDef& model = get_model(flags.model);
   if (flags.mode != "train" && flags.mode != "infer")
     fail("bad --mode '{}': expected train or infer", flags.mode);
-  const int cores = flags.threads > 0 ? flags.threads : cpu_info().num_cores;
-  std::vector<int64_t> dims = {flags.batch_size};
+  Communicator& comm = world();
+  const int cores = flags.threads > 0 ? flags.threads : cores_per_rank(comm);
+  if (flags.batch_size % comm.size() != 0)
+    fail("--batch_size {} must be a multiple of the number of ranks ({})", flags.batch_size, comm.size());
+  const int64_t local_batch = flags.mode == "train" ? flags.batch_size / comm.size() : flags.batch_size;
+  std::vector<int64_t> dims = {local_batch};
   for (int64_t d : model.default_input.dims()) dims.push_back(d);
   Tensor images = random_images(Shape(dims));
-  Tensor labels(Shape{flags.batch_size}, DType::i32);
-  for (int64_t i = 0; i < flags.batch_size; ++i) labels.data<int32_t>()[i] = static_cast<int32_t>(i % 10);
+  Tensor labels(Shape{local_batch}, DType::i32);
+  for (int64_t i = 0; i < local_batch; ++i) labels.data<int32_t>()[i] = static_cast<int32_t>(i % 10);
 
   double seconds = 0, flops = 0;
   nlohmann::json extra;
@@ -84,36 +90,49 @@ void run_bench(const Flags& flags) {
     options.threads = split_cores(cores, flags.num_devices);
     options.strategy = parse_strategy(flags.strategy);
     options.seed = 1;
-    DataParallel dp(model.default_input, flags.batch_size,
+    options.comm = &comm;
+    DataParallel dp(model.default_input, local_batch,
                     [&](const Scope& scope, Value x, Value y) {
                       ModelOutputs out = model.build(scope, x, 10, Mode::train);
                       return TowerOutputs{classification_loss(scope, out.logits, y).total_loss, {}, out.updates};
                     },
                     options);
     std::vector<std::unique_ptr<Optimizer>> optimizers;
-    std::vector<std::vector<Param>> params(static_cast<size_t>(dp.num_replicas()));
+    std::vector<std::vector<Param>> params;
     for (int r = 0; r < dp.num_replicas(); ++r) {
-      for (size_t v = 0; v < dp.trainable().size(); ++v)
-        params[static_cast<size_t>(r)].push_back({dp.trainable()[v].name, &dp.replica(r).get(dp.trainable()[v].name),
-                                                  &dp.gradient(r, static_cast<int>(v))});
+      params.push_back(replica_params(dp, r));
       optimizers.push_back(make_optimizer(OptimizerConfig{}));
-      optimizers.back()->init(params[static_cast<size_t>(r)]);
+      optimizers.back()->init(params.back());
     }
     int64_t step = 0;
+    std::vector<ReduceTrace> traces;
     seconds = median_seconds_per_step(flags, [&] {
       dp.step(images, labels, static_cast<uint64_t>(step));
       for (int r = 0; r < dp.num_replicas(); ++r)
         optimizers[static_cast<size_t>(r)]->apply(params[static_cast<size_t>(r)], 0.01f, step);
+      traces.push_back(dp.reducer().trace());
       ++step;
     });
-    flops = graph_flops(dp.graph());
-    // Reduction cost of the last step: all work of the reducer threads, and the part the step
-    // waited for after every tower had finished its backward pass (not hidden by overlap).
-    ReduceTrace trace = dp.reducer().trace();
+    flops = graph_flops(dp.graph()) * comm.size();
+    // Mean over the timed steps of: all work of the reducer threads, the time in cross-rank
+    // collectives, and the part of the step spent waiting for the reduction after every tower had
+    // finished its backward pass (what overlap did not hide).
+    ReduceTrace mean;
+    const size_t timed = static_cast<size_t>(flags.steps * flags.windows);
+    for (size_t i = traces.size() - timed; i < traces.size(); ++i) {
+      mean.reduce_seconds += traces[i].reduce_seconds / static_cast<double>(timed);
+      mean.comm_seconds += traces[i].comm_seconds / static_cast<double>(timed);
+      mean.finish_wait_seconds += traces[i].finish_wait_seconds / static_cast<double>(timed);
+    }
+    std::vector<Tensor> grads;
+    for (const auto& v : dp.trainable()) grads.emplace_back(v.value.shape(), DType::f32);
     extra = {{"strategy", flags.strategy},
-             {"reduce_ms", trace.reduce_seconds * 1e3},
-             {"reduce_wait_ms", trace.finish_wait_seconds * 1e3},
-             {"reduce_wait_share", trace.finish_wait_seconds / seconds}};
+             {"ranks", comm.size()},
+             {"bucket_bytes", bucket_sizes(grads, options.bucket_bytes)},
+             {"reduce_ms", mean.reduce_seconds * 1e3},
+             {"comm_ms", mean.comm_seconds * 1e3},
+             {"reduce_wait_ms", mean.finish_wait_seconds * 1e3},
+             {"reduce_wait_share", mean.finish_wait_seconds / seconds}};
   } else {
     Graph graph;
     Scope scope(graph);
@@ -139,14 +158,14 @@ void run_bench(const Flags& flags) {
                          {"mflop_per_image", flops / static_cast<double>(flags.batch_size) / 1e6},
                          {"peak_rss_mb", static_cast<double>(usage.ru_maxrss) / 1024.0}};
   line.update(extra);
-  fmt::print("{}\n", line.dump());
+  if (comm.rank() == 0) fmt::print("{}\n", line.dump());
 }
 
 CommandRegistrar registrar{{"bench", "Measure training or inference throughput on synthetic data", [](CLI::App& app) {
   static Flags flags;
   app.add_option("--model", flags.model, "Model")->capture_default_str();
   app.add_option("--mode", flags.mode, "train (forward + backward + SGD update) or infer")->capture_default_str();
-  app.add_option("--batch_size", flags.batch_size, "Global batch")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--batch_size", flags.batch_size, "Global batch (all towers and ranks)")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--threads", flags.threads, "Threads in all (default: all cores)");
   app.add_option("--num_devices", flags.num_devices, "Towers (train mode)")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--strategy", flags.strategy, "allreduce | central")->capture_default_str();

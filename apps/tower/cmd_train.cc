@@ -24,6 +24,7 @@ void run_train(Flags& flags) {
   }
   config.strategy = parse_strategy(flags.strategy);
   TrainResult result = train(config);
+  if (world().rank() != 0) return;
   fmt::print("done: {} steps in {:.1f} s", result.steps, result.seconds);
   if (result.eval_accuracy >= 0) fmt::print(", test precision @ 1 = {:.4f}", result.eval_accuracy);
   fmt::print("\n");
@@ -78,6 +79,9 @@ CommandRegistrar registrar{{"train", "Train a model on every device (resumes fro
       ->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--eval_every", c.eval_every, "Evaluate on the test set every N steps (0: at the end)");
   app.add_option("--resume_from", c.resume_from, "Resume from this checkpoint prefix");
+  app.add_option("--comm_timeout", c.comm_timeout,
+                 "Seconds a rank waits for the other ranks (mpirun) before the job stops")
+      ->capture_default_str()->check(CLI::PositiveNumber);
   app.callback([] { run_train(flags); });
 }}};
 

@@ -1,10 +1,15 @@
 // The `tower` command line: dispatches to the registered sub-commands. Only main catches:
-// a tower::Error becomes one line on stderr and exit code 1; bad usage exits with code 2.
+// a tower::Error becomes one line on stderr and exit code 1; bad usage exits with code 2. Under
+// mpirun, a rank that fails ends the whole job (MPI_Abort), so no other rank waits for it.
 #include <cstdio>
 #include <exception>
+#include <string>
+
+#include <fmt/format.h>
 
 #include "command.h"
 #include "tower/core/error.h"
+#include "tower/parallel/communicator.h"
 
 namespace tower::cli {
 std::vector<Command>& commands() {
@@ -12,6 +17,21 @@ std::vector<Command>& commands() {
   return all;
 }
 }  // namespace tower::cli
+
+namespace {
+int fail_job(const std::string& message, int code) {
+  tower::Communicator* comm = nullptr;
+  try {
+    comm = &tower::world();
+  } catch (const std::exception&) {  // MPI itself failed to start: this process is alone
+  }
+  const bool many = comm != nullptr && comm->size() > 1;
+  std::fprintf(stderr, "%s%s\n", many ? tower::log_prefix().c_str() : "tower: ", message.c_str());
+  std::fflush(stderr);
+  if (many) comm->abort(code);
+  return code;
+}
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"tower: synchronous data-parallel training of neural networks on every device"};
@@ -29,11 +49,10 @@ int main(int argc, char** argv) {
     int code = app.exit(e);
     return code == 0 ? 0 : 2;
   } catch (const tower::Error& e) {
-    std::fprintf(stderr, "tower: error: %s\n", e.what());
-    return 1;
+    return fail_job(fmt::format("error: {}", e.what()), 1);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "tower: unexpected error: %s\n", e.what());
-    return 3;
+    return fail_job(fmt::format("unexpected error: {}", e.what()), 3);
   }
+  tower::shutdown_world();
   return 0;
 }

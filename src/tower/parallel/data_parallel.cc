@@ -10,7 +10,11 @@ namespace tower {
 
 DataParallel::DataParallel(const Shape& example_shape, int64_t global_batch,
                            const TowerFn& tower_fn, DataParallelOptions options)
-    : global_batch_(global_batch) {
+    : comm_(options.comm), global_batch_(global_batch) {
+  if (comm_ == nullptr) {
+    own_comm_ = make_single_communicator();
+    comm_ = own_comm_.get();
+  }
   const int n = static_cast<int>(options.devices.size());
   if (n == 0) fail("no devices given: pass --devices cpu:0,... or --num_devices N");
   if (global_batch < n)
@@ -57,6 +61,18 @@ DataParallel::DataParallel(const Shape& example_shape, int64_t global_batch,
     replicas_.back()->initialize(graph_, options.seed);
   }
 
+  // Every rank must build the same variables before rank 0's initial values are copied to all.
+  std::vector<std::pair<std::string, std::string>> shapes;
+  for (const VariableInfo& v : graph_.variables()) shapes.emplace_back(v.name, v.value.shape().to_string());
+  shapes.emplace_back("towers", std::to_string(n));
+  shapes.emplace_back("batch", std::to_string(global_batch));
+  check_same_on_all_ranks(*comm_, shapes, "variables");
+  for (auto& replica : replicas_) {
+    std::vector<Tensor*> tensors;
+    for (const std::string& name : replica->names()) tensors.push_back(&replica->get(name));
+    broadcast_from_rank0(*comm_, tensors, "initial variables");
+  }
+
   std::vector<std::vector<Tensor>> grad_buffers;
   std::vector<float> weights;
   for (int i = 0; i < n; ++i) {
@@ -73,12 +89,13 @@ DataParallel::DataParallel(const Shape& example_shape, int64_t global_batch,
     for (size_t v = 0; v < t.grads.size(); ++v)
       views.push_back(t.program->output(first_grad + static_cast<int>(v)).view());
     grad_buffers.push_back(std::move(views));
-    weights.push_back(static_cast<float>(t.batch) / static_cast<float>(global_batch));
+    weights.push_back(static_cast<float>(t.batch) /
+                      static_cast<float>(global_batch * comm_->size()));
   }
   reducer_ = options.strategy == Strategy::central
-                 ? make_central_reducer(std::move(grad_buffers), std::move(weights))
+                 ? make_central_reducer(std::move(grad_buffers), std::move(weights), comm_)
                  : make_allreduce_reducer(std::move(grad_buffers), std::move(weights),
-                                          options.bucket_bytes);
+                                          options.bucket_bytes, comm_);
 }
 
 DataParallel::~DataParallel() = default;
@@ -119,15 +136,15 @@ StepResult DataParallel::step(const Tensor& images, const Tensor& labels, uint64
   reducer_->finish();
   if (error) std::rethrow_exception(error);
 
-  StepResult result;
-  result.metrics.assign(towers_[0].outputs.metrics.size(), 0.0f);
+  // [loss, metrics...] weighted by each tower's share of the batch of all ranks.
+  std::vector<float> sums(1 + towers_[0].outputs.metrics.size(), 0.0f);
   for (const Tower& t : towers_) {
-    float w = static_cast<float>(t.batch) / static_cast<float>(global_batch_);
-    result.loss += w * t.program->output(0).data<float>()[0];
-    for (size_t m = 0; m < result.metrics.size(); ++m)
-      result.metrics[m] += w * t.program->output(1 + static_cast<int>(m)).data<float>()[0];
+    float w = static_cast<float>(t.batch) / static_cast<float>(global_batch_ * comm_->size());
+    for (size_t m = 0; m < sums.size(); ++m)
+      sums[m] += w * t.program->output(static_cast<int>(m)).data<float>()[0];
   }
-  return result;
+  comm_->allreduce_sum(sums.data(), static_cast<int64_t>(sums.size()));
+  return StepResult{sums[0], std::vector<float>(sums.begin() + 1, sums.end())};
 }
 
 bool DataParallel::replicas_identical() const {
@@ -157,8 +174,8 @@ std::vector<Device> resolve_devices(const std::vector<Device>& requested, bool a
            d.index >= gpus ? fmt::format("this machine has {} CUDA device(s)", gpus)
                            : std::string("this build of tower has no CUDA kernels"));
     Device cpu{DeviceKind::cpu, static_cast<int>(i)};
-    std::fprintf(stderr, "tower: warning: %s is not available, placing its tower on %s\n",
-                 d.to_string().c_str(), cpu.to_string().c_str());
+    std::fprintf(stderr, "%swarning: %s is not available, placing its tower on %s\n",
+                 log_prefix().c_str(), d.to_string().c_str(), cpu.to_string().c_str());
     result.push_back(cpu);
   }
   return result;

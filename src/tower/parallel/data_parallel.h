@@ -31,6 +31,9 @@ struct DataParallelOptions {
   Strategy strategy = Strategy::allreduce;
   size_t bucket_bytes = 25u << 20;
   uint64_t seed = 0;  // variable initialization
+  // Other processes training the same model (each with its own towers and an equal share of the
+  // batch); null: this process alone. Initial variables then come from rank 0.
+  Communicator* comm = nullptr;
 };
 
 struct StepResult {
@@ -40,20 +43,23 @@ struct StepResult {
 
 class DataParallel {
  public:
-  // example_shape: one input example, e.g. (C, H, W). global_batch is split as evenly as
-  // possible over the towers (the first ones get one more when it does not divide).
+  // example_shape: one input example, e.g. (C, H, W). global_batch (this process's share with
+  // several ranks) is split as evenly as possible over the towers (the first ones get one more
+  // when it does not divide).
   DataParallel(const Shape& example_shape, int64_t global_batch, const TowerFn& tower_fn,
                DataParallelOptions options);
   ~DataParallel();
 
   int num_towers() const { return static_cast<int>(towers_.size()); }
   int64_t tower_batch(int tower) const;
-  // images: (B, ...) f32, labels: (B,) i32 with B the global batch.
+  // images: (B, ...) f32, labels: (B,) i32 with B the global batch. The loss and metrics are
+  // averaged over all ranks.
   StepResult step(const Tensor& images, const Tensor& labels, uint64_t step);
 
   Graph& graph() { return graph_; }
   const std::vector<VariableInfo>& trainable() const { return trainable_; }
   int num_replicas() const { return static_cast<int>(replicas_.size()); }
+  Communicator& comm() { return *comm_; }
   VariableStore& replica(int r) { return *replicas_[static_cast<size_t>(r)]; }
   // The averaged gradient of trainable()[v] as seen by replica r, valid after step().
   Tensor& gradient(int r, int v) { return reducer_->result(r, v); }
@@ -79,6 +85,8 @@ class DataParallel {
   std::vector<std::unique_ptr<VariableStore>> replicas_;
   std::vector<Tower> towers_;
   std::unique_ptr<GradientReducer> reducer_;
+  std::unique_ptr<Communicator> own_comm_;  // when the options gave none
+  Communicator* comm_;
   int64_t global_batch_;
 };
 

@@ -32,11 +32,49 @@ void check_layout(const std::vector<std::vector<Tensor>>& grads, const std::vect
   }
 }
 
-std::vector<Tensor> allocate_like(const std::vector<Tensor>& tensors) {
-  std::vector<Tensor> out;
-  for (const Tensor& t : tensors) out.emplace_back(t.shape(), DType::f32, t.device());
-  return out;
+// One contiguous buffer holding a tensor like each of `like`, laid out in `order`, so that a run
+// of consecutive variables (a bucket) is one range for a cross-rank collective.
+struct FlatBuffer {
+  Tensor storage;
+  std::vector<Tensor> views;    // indexed by variable
+  std::vector<int64_t> offset;  // of each variable in storage, in floats
+  float* data() { return storage.data<float>(); }
+};
+
+FlatBuffer make_flat(const std::vector<Tensor>& like, const std::vector<int>& order) {
+  FlatBuffer flat;
+  int64_t total = 0;
+  for (const Tensor& t : like) total += t.numel();
+  flat.storage = Tensor(Shape{total}, DType::f32, like.empty() ? Device{} : like[0].device());
+  flat.views.resize(like.size());
+  flat.offset.resize(like.size());
+  int64_t at = 0;
+  for (int v : order) {
+    const size_t i = static_cast<size_t>(v);
+    flat.offset[i] = at;
+    flat.views[i] = Tensor::wrap(flat.data() + at, like[i].shape(), DType::f32, like[i].device());
+    at += like[i].numel();
+  }
+  return flat;
 }
+
+// Backward produces the last layers' gradients first, so buckets go from the last variable.
+std::vector<std::vector<int>> make_buckets(const std::vector<Tensor>& grads, size_t bucket_bytes) {
+  std::vector<std::vector<int>> buckets;
+  size_t bytes = 0;
+  for (int v = static_cast<int>(grads.size()) - 1; v >= 0; --v) {
+    const size_t b = grads[static_cast<size_t>(v)].nbytes();
+    if (buckets.empty() || (bytes + b > bucket_bytes && bytes > 0)) {
+      buckets.emplace_back();
+      bytes = 0;
+    }
+    buckets.back().push_back(v);
+    bytes += b;
+  }
+  return buckets;
+}
+
+bool crosses_ranks(const Communicator* comm) { return comm != nullptr && comm->size() > 1; }
 
 // out[k] = sum over towers t (in tower order, so every replica gets the same bits) of
 // weights[t] * grads[t][variable][k], for k in [begin, end).
@@ -53,9 +91,12 @@ void weighted_sum(const std::vector<std::vector<Tensor>>& grads, const std::vect
 
 class CentralReducer : public GradientReducer {
  public:
-  CentralReducer(std::vector<std::vector<Tensor>> grads, std::vector<float> weights)
-      : grads_(std::move(grads)), weights_(std::move(weights)), master_(allocate_like(grads_[0])) {
+  CentralReducer(std::vector<std::vector<Tensor>> grads, std::vector<float> weights, Communicator* comm)
+      : grads_(std::move(grads)), weights_(std::move(weights)), comm_(comm) {
     check_layout(grads_, weights_);
+    std::vector<int> order(grads_[0].size());
+    for (size_t v = 0; v < order.size(); ++v) order[v] = static_cast<int>(v);
+    master_ = make_flat(grads_[0], order);
   }
   void begin_step() override {
     start_ = Clock::now();
@@ -70,13 +111,18 @@ class CentralReducer : public GradientReducer {
     // The classic average_gradients: after every tower is done, on the host, per variable.
     auto t0 = Clock::now();
     trace_.first_reduce_start = seconds_since(start_);
-    for (size_t v = 0; v < master_.size(); ++v)
-      weighted_sum(grads_, weights_, v, 0, master_[v].numel(), master_[v].data<float>());
+    for (size_t v = 0; v < master_.views.size(); ++v)
+      weighted_sum(grads_, weights_, v, 0, master_.views[v].numel(), master_.views[v].data<float>());
     trace_.reduce_seconds = seconds_since(t0);
-    trace_.finish_wait_seconds = trace_.reduce_seconds;
+    if (crosses_ranks(comm_)) {
+      auto t1 = Clock::now();
+      comm_->allreduce_sum(master_.data(), master_.storage.numel());
+      trace_.comm_seconds = seconds_since(t1);
+    }
+    trace_.finish_wait_seconds = seconds_since(t0);
   }
   Tensor& result(int, int variable) override {
-    return master_[static_cast<size_t>(variable)];
+    return master_.views[static_cast<size_t>(variable)];
   }
   int num_replicas() const override { return 1; }
   ReduceTrace trace() const override { return trace_; }
@@ -84,7 +130,8 @@ class CentralReducer : public GradientReducer {
  private:
   std::vector<std::vector<Tensor>> grads_;
   std::vector<float> weights_;
-  std::vector<Tensor> master_;
+  Communicator* comm_;
+  FlatBuffer master_;
   Clock::time_point start_;
   std::mutex mutex_;
   ReduceTrace trace_;
@@ -93,26 +140,25 @@ class CentralReducer : public GradientReducer {
 class AllReduceReducer : public GradientReducer {
  public:
   AllReduceReducer(std::vector<std::vector<Tensor>> grads, std::vector<float> weights,
-                   size_t bucket_bytes)
-      : grads_(std::move(grads)), weights_(std::move(weights)) {
+                   size_t bucket_bytes, Communicator* comm)
+      : grads_(std::move(grads)), weights_(std::move(weights)), comm_(comm) {
     check_layout(grads_, weights_);
-    const int num_vars = static_cast<int>(grads_[0].size());
-    for (size_t t = 0; t < grads_.size(); ++t) results_.push_back(allocate_like(grads_[0]));
-    // Backward produces the last layers' gradients first, so buckets go from the last variable.
-    bucket_of_.assign(static_cast<size_t>(num_vars), 0);
-    size_t bytes = 0;
-    for (int v = num_vars - 1; v >= 0; --v) {
-      size_t b = grads_[0][static_cast<size_t>(v)].nbytes();
-      if (buckets_.empty() || (bytes + b > bucket_bytes && bytes > 0)) {
-        buckets_.emplace_back();
-        bytes = 0;
+    bucket_of_.assign(grads_[0].size(), 0);
+    std::vector<int> order;
+    for (std::vector<int>& variables : make_buckets(grads_[0], bucket_bytes)) {
+      Bucket bucket;
+      for (int v : variables) {
+        bucket.numel += grads_[0][static_cast<size_t>(v)].numel();
+        bucket_of_[static_cast<size_t>(v)] = static_cast<int>(buckets_.size());
+        order.push_back(v);
       }
-      buckets_.back().variables.push_back(v);
-      buckets_.back().numel += grads_[0][static_cast<size_t>(v)].numel();
-      bytes += b;
-      bucket_of_[static_cast<size_t>(v)] = static_cast<int>(buckets_.size()) - 1;
+      bucket.variables = std::move(variables);
+      buckets_.push_back(std::move(bucket));
     }
+    for (size_t t = 0; t < grads_.size(); ++t) results_.push_back(make_flat(grads_[0], order));
+    for (Bucket& b : buckets_) b.offset = results_[0].offset[static_cast<size_t>(b.variables[0])];
     for (size_t t = 0; t < grads_.size(); ++t) workers_.push_back(std::make_unique<ThreadPool>(1));
+    if (crosses_ranks(comm_)) communicator_ = std::make_unique<ThreadPool>(1);
   }
 
   ~AllReduceReducer() override {
@@ -127,11 +173,12 @@ class AllReduceReducer : public GradientReducer {
       start_ = Clock::now();
       trace_ = {};
       aborted_ = false;
-      for (Bucket& b : buckets_) b.ready = 0;
+      for (Bucket& b : buckets_) b.ready = b.reduced = 0;
     }
     pending_.clear();
     for (size_t t = 0; t < workers_.size(); ++t)
       pending_.push_back(workers_[t]->submit([this, t] { reduce_chunks(t); }));
+    if (communicator_) pending_.push_back(communicator_->submit([this] { communicate(); }));
   }
 
   void ready(int, int variable) override {
@@ -168,7 +215,7 @@ class AllReduceReducer : public GradientReducer {
   }
 
   Tensor& result(int replica, int variable) override {
-    return results_[static_cast<size_t>(replica)][static_cast<size_t>(variable)];
+    return results_[static_cast<size_t>(replica)].views[static_cast<size_t>(variable)];
   }
   int num_replicas() const override { return static_cast<int>(grads_.size()); }
   ReduceTrace trace() const override {
@@ -180,11 +227,14 @@ class AllReduceReducer : public GradientReducer {
   struct Bucket {
     std::vector<int> variables;
     int64_t numel = 0;
-    size_t ready = 0;  // (tower, variable) gradients produced this step
+    int64_t offset = 0;  // in the flat result buffers
+    size_t ready = 0;    // (tower, variable) gradients produced this step
+    size_t reduced = 0;  // chunks summed over this process's towers (cross-rank reduction only)
   };
 
   // Worker `chunk` owns the chunk-th slice of every bucket (reduce-scatter), and writes the sum
-  // into every replica's result (all-gather), bucket by bucket as they fill.
+  // into every replica's result (all-gather), bucket by bucket as they fill. Across ranks, it
+  // writes replica 0 only and communicate() takes over.
   void reduce_chunks(size_t chunk) {
     const size_t towers = grads_.size();
     for (Bucket& bucket : buckets_) {
@@ -203,24 +253,49 @@ class AllReduceReducer : public GradientReducer {
         const int64_t n = grads_[0][var].numel();
         const int64_t begin = std::max<int64_t>(lo - base, 0), end = std::min<int64_t>(hi - base, n);
         if (begin < end) {
-          float* out0 = results_[0][var].data<float>();
+          float* out0 = results_[0].views[var].data<float>();
           weighted_sum(grads_, weights_, var, begin, end, out0);
-          for (size_t r = 1; r < towers; ++r)
-            std::copy(out0 + begin, out0 + end, results_[r][var].data<float>() + begin);
+          for (size_t r = 1; r < towers && !communicator_; ++r)
+            std::copy(out0 + begin, out0 + end, results_[r].views[var].data<float>() + begin);
         }
         base += n;
       }
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        trace_.reduce_seconds += seconds_since(t0);
+        bucket.reduced++;
+      }
+      if (communicator_) cv_.notify_all();
+    }
+  }
+
+  // Sums each bucket over the ranks as soon as this process's towers have summed it, then hands
+  // it to the other replicas.
+  void communicate() {
+    for (Bucket& bucket : buckets_) {
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        cv_.wait(lock, [&] { return aborted_ || bucket.reduced == grads_.size(); });
+        if (aborted_) return;
+      }
+      auto t0 = Clock::now();
+      float* sum = results_[0].data() + bucket.offset;
+      comm_->allreduce_sum(sum, bucket.numel);
+      for (size_t r = 1; r < results_.size(); ++r)
+        std::copy(sum, sum + bucket.numel, results_[r].data() + bucket.offset);
       std::lock_guard<std::mutex> lock(mutex_);
-      trace_.reduce_seconds += seconds_since(t0);
+      trace_.comm_seconds += seconds_since(t0);
     }
   }
 
   std::vector<std::vector<Tensor>> grads_;
   std::vector<float> weights_;
-  std::vector<std::vector<Tensor>> results_;  // [replica][variable]
+  Communicator* comm_;
+  std::vector<FlatBuffer> results_;  // per replica
   std::vector<Bucket> buckets_;
   std::vector<int> bucket_of_;
   std::vector<std::unique_ptr<ThreadPool>> workers_;
+  std::unique_ptr<ThreadPool> communicator_;  // only across ranks
   std::vector<std::future<void>> pending_;
   mutable std::mutex mutex_;
   std::condition_variable cv_;
@@ -232,14 +307,23 @@ class AllReduceReducer : public GradientReducer {
 }  // namespace
 
 std::unique_ptr<GradientReducer> make_central_reducer(std::vector<std::vector<Tensor>> grads,
-                                                      std::vector<float> weights) {
-  return std::make_unique<CentralReducer>(std::move(grads), std::move(weights));
+                                                      std::vector<float> weights, Communicator* comm) {
+  return std::make_unique<CentralReducer>(std::move(grads), std::move(weights), comm);
 }
 
 std::unique_ptr<GradientReducer> make_allreduce_reducer(std::vector<std::vector<Tensor>> grads,
                                                         std::vector<float> weights,
-                                                        size_t bucket_bytes) {
-  return std::make_unique<AllReduceReducer>(std::move(grads), std::move(weights), bucket_bytes);
+                                                        size_t bucket_bytes, Communicator* comm) {
+  return std::make_unique<AllReduceReducer>(std::move(grads), std::move(weights), bucket_bytes, comm);
+}
+
+std::vector<size_t> bucket_sizes(const std::vector<Tensor>& grads, size_t bucket_bytes) {
+  std::vector<size_t> sizes;
+  for (const auto& bucket : make_buckets(grads, bucket_bytes)) {
+    sizes.push_back(0);
+    for (int v : bucket) sizes.back() += grads[static_cast<size_t>(v)].nbytes();
+  }
+  return sizes;
 }
 
 }  // namespace tower

@@ -4,6 +4,11 @@
 // Programs); each step, towers call ready(tower, variable) as each gradient is produced, and the
 // trainer calls finish() before the optimizer update. The average is weighted by the examples
 // each tower saw, so an uneven split still gives the mean over the whole batch.
+//
+// With a communicator of several ranks the reduction is hierarchical: the towers of this process
+// are summed first (in-process, as buckets fill), then each bucket is summed across ranks by one
+// communication thread while the backward pass goes on; weights are then shares of the batch of
+// all ranks together.
 #pragma once
 
 #include <chrono>
@@ -15,6 +20,7 @@
 
 #include "tower/core/tensor.h"
 #include "tower/core/thread_pool.h"
+#include "tower/parallel/communicator.h"
 
 namespace tower {
 
@@ -31,6 +37,7 @@ struct ReduceTrace {
   double last_ready = 0;           // the last gradient of the last tower was produced
   double reduce_seconds = 0;       // total time spent reducing (summed over reducer threads)
   double finish_wait_seconds = 0;  // time the trainer waited in finish() after the towers ended
+  double comm_seconds = 0;         // time in cross-rank collectives (including waiting for ranks)
 };
 
 class GradientReducer {
@@ -48,13 +55,18 @@ class GradientReducer {
 };
 
 // grads[tower][variable]: views of the towers' gradient buffers. weights[tower]: that tower's
-// share of the global batch (they sum to 1).
+// share of the global batch (over all ranks: they sum to 1 / comm->size() on each rank).
+// comm: null for this process alone.
 std::unique_ptr<GradientReducer> make_central_reducer(std::vector<std::vector<Tensor>> grads,
-                                                      std::vector<float> weights);
+                                                      std::vector<float> weights,
+                                                      Communicator* comm = nullptr);
 // bucket_bytes: gradients are grouped in production order (last variables first) into buckets of
 // about this size; each bucket is reduced as soon as every tower has produced all of it.
 std::unique_ptr<GradientReducer> make_allreduce_reducer(std::vector<std::vector<Tensor>> grads,
                                                         std::vector<float> weights,
-                                                        size_t bucket_bytes);
+                                                        size_t bucket_bytes,
+                                                        Communicator* comm = nullptr);
+// The bucket sizes in bytes, in reduction order (for benchmarks and the scaling model).
+std::vector<size_t> bucket_sizes(const std::vector<Tensor>& grads, size_t bucket_bytes);
 
 }  // namespace tower

@@ -1,5 +1,7 @@
 #include "tower/train/optimizer.h"
 
+#include "tower/parallel/data_parallel.h"
+
 #include <cmath>
 
 namespace tower {
@@ -91,4 +93,13 @@ std::vector<std::pair<std::string, Tensor*>> SlotSet::named() {
 }
 
 }  // namespace detail
+std::vector<Param> replica_params(DataParallel& dp, int replica) {
+  std::vector<Param> params;
+  for (size_t v = 0; v < dp.trainable().size(); ++v) {
+    const std::string& name = dp.trainable()[v].name;
+    params.push_back({name, &dp.replica(replica).get(name), &dp.gradient(replica, static_cast<int>(v))});
+  }
+  return params;
+}
+
 }  // namespace tower

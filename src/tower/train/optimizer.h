@@ -53,6 +53,10 @@ class Optimizer {
 // Validates the config, then builds the optimizer it names.
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config);
 
+// The trainable variables of one replica of `dp` with their averaged gradients.
+class DataParallel;
+std::vector<Param> replica_params(DataParallel& dp, int replica);
+
 namespace detail {
 // Shared by the optimizers with slots: one zero tensor per (param, slot name), created once.
 class SlotSet {

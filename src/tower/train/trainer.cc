@@ -52,20 +52,21 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-std::vector<Device> choose_devices(const TrainConfig& config) {
+std::vector<Device> choose_devices(const TrainConfig& config, int cores) {
   if (!config.devices.empty()) return resolve_devices(config.devices, config.allow_soft_placement);
-  int n = config.num_devices > 0 ? config.num_devices : cpu_info().num_cores;
+  int n = config.num_devices > 0 ? config.num_devices : cores;
   std::vector<Device> devices;
   for (int i = 0; i < n; ++i) devices.push_back(Device{DeviceKind::cpu, i});
   return devices;
 }
 
 // What must agree between a checkpoint and the run resuming it.
-nlohmann::json run_identity(const TrainConfig& config, size_t num_towers) {
+nlohmann::json run_identity(const TrainConfig& config, size_t num_towers, int ranks) {
   return {{"model", config.model},
           {"data", config.data},
           {"batch_size", config.batch_size},
           {"num_towers", num_towers},
+          {"ranks", ranks},
           {"strategy", std::string(strategy_name(config.strategy))},
           {"optimizer", config.optimizer.name},
           {"seed", config.seed}};
@@ -90,11 +91,34 @@ void add_input_images(EventWriter& events, const Tensor& images, int64_t step) {
   }
 }
 
+// What must agree between all ranks of one job: everything that changes the numbers.
+std::vector<std::pair<std::string, std::string>> rank_fields(const TrainConfig& c, size_t towers,
+                                                             const Dataset& data) {
+  const OptimizerConfig& o = c.optimizer;
+  std::vector<std::pair<std::string, std::string>> fields = {
+      {"--model", c.model}, {"--data", c.data},
+      {"the data set's size", fmt::format("{} examples of {}", data.size(), data.image_shape().to_string())},
+      {"the number of towers", std::to_string(towers)}, {"--batch_size", std::to_string(c.batch_size)},
+      {"--strategy", std::string(strategy_name(c.strategy))}, {"--bucket_mb", fmt::format("{}", c.bucket_mb)},
+      {"--max_steps", std::to_string(c.max_steps)}, {"--epochs", fmt::format("{}", c.epochs)},
+      {"--optimizer", o.name}, {"--momentum", fmt::format("{}", o.momentum)},
+      {"--nesterov", fmt::format("{}", o.nesterov)}, {"--weight_decay", fmt::format("{}", o.weight_decay)},
+      {"--beta1", fmt::format("{}", o.beta1)}, {"--beta2", fmt::format("{}", o.beta2)},
+      {"--epsilon", fmt::format("{}", o.epsilon)}, {"--lr", fmt::format("{}", c.lr)},
+      {"--lr_schedule", c.lr_schedule}, {"--clip_norm", fmt::format("{}", c.clip_norm)},
+      {"--ema_decay", fmt::format("{}", c.ema_decay)}, {"--seed", std::to_string(c.seed)},
+      {"--resume_from", c.resume_from}};
+  return fields;
+}
+
 }  // namespace
 
-TrainResult train(const TrainConfig& config) {
+TrainResult train(const TrainConfig& config, Communicator& comm) {
   const auto start = Clock::now();
-  const std::vector<Device> devices = choose_devices(config);
+  const bool chief = comm.rank() == 0;  // the one writer
+  comm.set_timeout(config.comm_timeout);
+  const int cores = cores_per_rank(comm);
+  const std::vector<Device> devices = choose_devices(config, cores);
   const int num_towers = static_cast<int>(devices.size());
   if (config.batch_size < 1) fail("--batch_size must be >= 1, got {}", config.batch_size);
   if (config.clip_norm < 0) fail("--clip_norm must be >= 0 (0: no clipping), got {}", config.clip_norm);
@@ -103,13 +127,16 @@ TrainResult train(const TrainConfig& config) {
   const ModelDef& model = get_model(config.model);
   const DatasetSpec spec = parse_dataset_spec(config.data);
   auto train_set = std::make_shared<const Dataset>(open_dataset(spec, Split::train));
-  const int64_t global_batch = config.batch_size * num_towers;
+  check_same_on_all_ranks(comm, rank_fields(config, devices.size(), *train_set), "flags");
+  const int64_t local_batch = config.batch_size * num_towers;
+  const int64_t global_batch = local_batch * comm.size();
 
-  // Resume: the latest checkpoint of the train dir, or the one named by --resume_from.
-  std::filesystem::create_directories(config.train_dir);
+  // Resume (rank 0 reads, the others are told): the latest checkpoint of the train dir, or the
+  // one named by --resume_from.
   std::optional<CheckpointData> checkpoint;
-  std::string prefix = config.resume_from;
-  if (prefix.empty()) {
+  std::string prefix = chief ? config.resume_from : std::string();
+  if (chief) std::filesystem::create_directories(config.train_dir);
+  if (chief && prefix.empty()) {
     if (auto latest = checkpoint_latest(config.train_dir)) prefix = *latest;
   }
   if (!prefix.empty()) {
@@ -124,7 +151,7 @@ TrainResult train(const TrainConfig& config) {
       if (!config.resume_from.empty() || older.empty()) throw;
       fail("{}\nan older checkpoint exists: pass --resume_from {} to resume from it", e.what(), older);
     }
-    nlohmann::json expected = run_identity(config, devices.size());
+    nlohmann::json expected = run_identity(config, devices.size(), comm.size());
     const nlohmann::json& saved = checkpoint->state.at("run");
     for (auto& [key, value] : expected.items())
       if (saved.value(key, nlohmann::json()) != value)
@@ -133,14 +160,20 @@ TrainResult train(const TrainConfig& config) {
              prefix, key, saved.value(key, nlohmann::json()).dump(), key, value.dump());
   }
 
+  nlohmann::json resume;  // {step, position} of the checkpoint, null when starting fresh
+  if (checkpoint) resume = {{"step", checkpoint->step}, {"position", checkpoint->state.at("position")}};
+  if (comm.size() > 1) resume = nlohmann::json::parse(comm.allgather(chief ? resume.dump() : "")[0]);
+
   PipelineOptions pipeline_options;
   pipeline_options.batch_size = global_batch;
+  pipeline_options.rank = comm.rank();
+  pipeline_options.world_size = comm.size();
   pipeline_options.seed = config.seed;
   pipeline_options.num_workers = std::max(config.num_preprocess_threads, 0);
   pipeline_options.transform = train_transform_for(model.default_input, train_set->image_shape());
-  if (checkpoint)
-    pipeline_options.start = {checkpoint->state.at("position").at("epoch").get<int64_t>(),
-                              checkpoint->state.at("position").at("step").get<int64_t>()};
+  if (!resume.is_null())
+    pipeline_options.start = {resume.at("position").at("epoch").get<int64_t>(),
+                              resume.at("position").at("step").get<int64_t>()};
   InputPipeline pipeline(train_set, pipeline_options);
   if (pipeline.batches_per_epoch() < 1)
     fail("the data set {} has {} examples, fewer than one global batch of {}", train_set->name,
@@ -155,21 +188,21 @@ TrainResult train(const TrainConfig& config) {
   };
   DataParallelOptions dp_options;
   dp_options.devices = devices;
+  dp_options.threads = split_cores(cores, num_towers);
+  dp_options.comm = &comm;
   dp_options.strategy = config.strategy;
   dp_options.bucket_bytes = static_cast<size_t>(config.bucket_mb * 1024 * 1024);
   dp_options.seed = config.seed;
-  DataParallel dp(pipeline.image_shape(), global_batch, tower_fn, dp_options);
-  if (config.log_device_placement)
+  DataParallel dp(pipeline.image_shape(), local_batch, tower_fn, dp_options);
+  if (config.log_device_placement && chief)
     for (int t = 0; t < dp.num_towers(); ++t) std::fputs(dp.program(t).placement_log().c_str(), stderr);
 
   // One optimizer per replica: identical inputs, identical updates, identical replicas.
   const auto& trainable = dp.trainable();
   std::vector<std::unique_ptr<Optimizer>> optimizers;
-  std::vector<std::vector<Param>> params(static_cast<size_t>(dp.num_replicas()));
+  std::vector<std::vector<Param>> params;
   for (int r = 0; r < dp.num_replicas(); ++r) {
-    for (size_t v = 0; v < trainable.size(); ++v)
-      params[static_cast<size_t>(r)].push_back(
-          {trainable[v].name, &dp.replica(r).get(trainable[v].name), &dp.gradient(r, static_cast<int>(v))});
+    params.push_back(replica_params(dp, r));
     optimizers.push_back(make_optimizer(config.optimizer));
     optimizers.back()->init(params[static_cast<size_t>(r)]);
   }
@@ -187,9 +220,19 @@ TrainResult train(const TrainConfig& config) {
     ema->init(vars);
   }
 
-  int64_t step = 0;
+  // Every tensor of the training state: what a checkpoint restores and rank 0 hands the others.
+  auto state_tensors = [&] {
+    std::vector<std::pair<std::string, Tensor*>> all;
+    for (int r = 0; r < dp.num_replicas(); ++r) {
+      for (const std::string& name : dp.replica(r).names()) all.push_back({name, &dp.replica(r).get(name)});
+      for (auto& slot : optimizers[static_cast<size_t>(r)]->slots()) all.push_back(slot);
+    }
+    if (ema)
+      for (auto& shadow : ema->shadows()) all.push_back(shadow);
+    return all;
+  };
+  int64_t step = resume.is_null() ? 0 : resume.at("step").get<int64_t>();
   if (checkpoint) {
-    step = checkpoint->step;
     auto take = [&](const std::string& name, Tensor& into) {
       auto it = checkpoint->tensors.find(name);
       if (it == checkpoint->tensors.end())
@@ -199,26 +242,27 @@ TrainResult train(const TrainConfig& config) {
              it->second.shape().to_string(), into.shape().to_string());
       into.copy_from(it->second);
     };
-    for (int r = 0; r < dp.num_replicas(); ++r) {
-      for (const std::string& name : dp.replica(r).names()) take(name, dp.replica(r).get(name));
-      for (auto& [name, slot] : optimizers[static_cast<size_t>(r)]->slots()) take(name, *slot);
-    }
-    if (ema)
-      for (auto& [name, shadow] : ema->shadows()) take(name, *shadow);
+    for (auto& [name, tensor] : state_tensors()) take(name, *tensor);
     std::printf("resumed from %s at step %lld\n", prefix.c_str(), static_cast<long long>(step));
+  }
+  if (!resume.is_null() && comm.size() > 1) {
+    std::vector<Tensor*> tensors;
+    for (auto& named : state_tensors()) tensors.push_back(named.second);
+    broadcast_from_rank0(comm, tensors, "training state after resuming");
   }
 
   // Hooks.
-  MetricsLog metrics(config.train_dir + "/metrics.jsonl");
+  std::optional<MetricsLog> metrics;
   std::unique_ptr<EventWriter> events;
-  if (config.summaries) events = std::make_unique<EventWriter>(config.train_dir);
+  if (chief) metrics.emplace(config.train_dir + "/metrics.jsonl");
+  if (chief && config.summaries) events = std::make_unique<EventWriter>(config.train_dir);
   std::unique_ptr<Evaluator> evaluator;
   auto evaluate = [&]() {
     if (!evaluator) {
       auto test_set = std::make_shared<const Dataset>(open_dataset(spec, Split::test));
       evaluator = std::make_unique<Evaluator>(
           config.model, test_set, eval_transform_for(model.default_input, test_set->image_shape()),
-          500, cpu_info().num_cores);
+          500, cores);
     }
     return evaluator->evaluate([&](const std::string& name) -> const Tensor& {
       if (ema && ema->has(name)) return ema->shadow(name);
@@ -235,7 +279,7 @@ TrainResult train(const TrainConfig& config) {
     nlohmann::json state = {{"step", step},
                             {"epoch", position.epoch},
                             {"position", {{"epoch", position.epoch}, {"step", position.step}}},
-                            {"run", run_identity(config, devices.size())},
+                            {"run", run_identity(config, devices.size(), comm.size())},
                             {"devices", [&] {
                                std::vector<std::string> d;
                                for (auto& dev : devices) d.push_back(dev.to_string());
@@ -247,7 +291,8 @@ TrainResult train(const TrainConfig& config) {
 
   ThreadPool update_pool(dp.num_replicas() - 1);
   // On a terminal a live progress line replaces the classic log lines.
-  const bool progress_bar = isatty(STDOUT_FILENO) != 0;
+  // (mpirun hands ranks a pseudo-terminal even when its own output is a file: no bar there.)
+  const bool progress_bar = comm.size() == 1 && isatty(STDOUT_FILENO) != 0;
   const int64_t first_step = step;
   const auto bar_start = Clock::now();
   auto last_bar = bar_start;
@@ -256,11 +301,15 @@ TrainResult train(const TrainConfig& config) {
   auto last_save = Clock::now();
   auto window_start = Clock::now();
   int64_t window_steps = 0;
-  std::printf("training %s on %s: %d tower%s (%s), global batch %lld, %lld steps (%lld per epoch)\n",
-              config.model.c_str(), train_set->name.c_str(), num_towers, num_towers == 1 ? "" : "s",
-              std::string(strategy_name(config.strategy)).c_str(), static_cast<long long>(global_batch),
-              static_cast<long long>(total_steps), static_cast<long long>(steps_per_epoch));
-  std::fflush(stdout);
+  if (chief) {
+    std::printf("training %s on %s: %s%d tower%s (%s), global batch %lld, %lld steps (%lld per epoch)\n",
+                config.model.c_str(), train_set->name.c_str(),
+                comm.size() > 1 ? fmt::format("{} ranks x ", comm.size()).c_str() : "", num_towers,
+                num_towers == 1 ? "" : "s", std::string(strategy_name(config.strategy)).c_str(),
+                static_cast<long long>(global_batch), static_cast<long long>(total_steps),
+                static_cast<long long>(steps_per_epoch));
+    std::fflush(stdout);
+  }
   while (step < total_steps) {
     Batch batch = pipeline.next();
     StepResult out = dp.step(batch.images, batch.labels, static_cast<uint64_t>(step));
@@ -308,12 +357,13 @@ TrainResult train(const TrainConfig& config) {
       double seconds = std::chrono::duration<double>(Clock::now() - window_start).count();
       double per_batch = seconds / static_cast<double>(window_steps);
       double examples_per_sec = static_cast<double>(global_batch) / per_batch;
-      if (!progress_bar) {
+      if (chief && !progress_bar) {
         std::printf("step %lld, loss = %.4f (%.1f examples/sec; %.3f sec/batch) lr %.3g\n",
                     static_cast<long long>(step), out.loss, examples_per_sec, per_batch, lr);
         std::fflush(stdout);
       }
-      metrics.append({{"step", step},
+      if (metrics)
+        metrics->append({{"step", step},
                       {"wall_time", seconds_since(start)},
                       {"epoch", static_cast<double>(step) / static_cast<double>(steps_per_epoch)},
                       {"loss", out.loss},
@@ -338,34 +388,42 @@ TrainResult train(const TrainConfig& config) {
       window_start = Clock::now();
       window_steps = 0;
     }
-    if (config.eval_every > 0 && step % config.eval_every == 0 && !last) {
+    if (chief && config.eval_every > 0 && step % config.eval_every == 0 && !last) {
       double precision = evaluate();
       std::printf("%sstep %lld, precision @ 1 = %.4f\n", progress_bar ? "\n" : "",
                   static_cast<long long>(step), precision);
-      metrics.append({{"step", step}, {"wall_time", seconds_since(start)}, {"eval_precision_at_1", precision}});
+      metrics->append({{"step", step}, {"wall_time", seconds_since(start)}, {"eval_precision_at_1", precision}});
       if (events) events->add_scalar("precision_at_1", static_cast<float>(precision), step);
       result.eval_accuracy = precision;
     }
-    const bool stop = g_stop_signal.load() != 0;
+    // A signal to any rank stops every rank after the same step.
+    float signal = static_cast<float>(g_stop_signal.load());
+    comm.allreduce_sum(&signal, 1);
+    const bool stop = signal != 0;
     const double since_save = std::chrono::duration<double>(Clock::now() - last_save).count();
-    if (last || stop || (config.save_every_steps > 0 && step % config.save_every_steps == 0) ||
-        (config.save_every_secs > 0 && since_save >= config.save_every_secs)) {
+    if (chief && (last || stop || (config.save_every_steps > 0 && step % config.save_every_steps == 0) ||
+                  (config.save_every_secs > 0 && since_save >= config.save_every_secs))) {
       save();
       last_save = Clock::now();
     }
     if (stop) {
-      std::printf("%sstopped by signal %d at step %lld; checkpoint written\n", progress_bar ? "\n" : "",
-                  g_stop_signal.load(),
-                  static_cast<long long>(step));
+      if (chief)
+        std::printf("%sstopped by %s at step %lld; checkpoint written\n", progress_bar ? "\n" : "",
+                    g_stop_signal.load() != 0 ? fmt::format("signal {}", g_stop_signal.load()).c_str()
+                                              : "a signal to another rank",
+                    static_cast<long long>(step));
       result.interrupted = true;
       break;
     }
   }
-  if (config.final_eval && !result.interrupted) {
+  std::vector<const Tensor*> weights;
+  for (const auto& v : trainable) weights.push_back(&dp.replica(0).get(v.name));
+  check_identical_on_all_ranks(comm, weights, "trained weights");
+  if (chief && config.final_eval && !result.interrupted) {
     double precision = evaluate();
     std::printf("precision @ 1 = %.4f (%lld test examples, %s weights)\n", precision,
                 static_cast<long long>(evaluator->examples()), ema ? "moving-average" : "raw");
-    metrics.append({{"step", step}, {"wall_time", seconds_since(start)}, {"eval_precision_at_1", precision}});
+    metrics->append({{"step", step}, {"wall_time", seconds_since(start)}, {"eval_precision_at_1", precision}});
     if (events) events->add_scalar("precision_at_1", static_cast<float>(precision), step);
     result.eval_accuracy = precision;
   }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tower/core/device.h"
+#include "tower/parallel/communicator.h"
 #include "tower/parallel/gradient_reducer.h"
 #include "tower/train/optimizer.h"
 
@@ -43,6 +44,7 @@ struct TrainConfig {
   bool final_eval = true;
   std::string resume_from;      // a checkpoint prefix to resume from explicitly
   bool summaries = true;        // TensorBoard event files
+  double comm_timeout = 300;    // seconds a rank waits for the others before the job stops
 };
 
 struct TrainResult {
@@ -53,7 +55,10 @@ struct TrainResult {
   bool interrupted = false;   // stopped by SIGINT/SIGTERM (after a checkpoint)
 };
 
-TrainResult train(const TrainConfig& config);
+// With several ranks (mpirun), every rank calls train() with the same config: each runs its own
+// towers on its shard of the data, and only rank 0 reads and writes checkpoints, logs, metrics
+// and summaries.
+TrainResult train(const TrainConfig& config, Communicator& comm = world());
 
 // Evaluation of a checkpoint (the latest in train_dir, or a given prefix) on the test split.
 struct EvalConfig {

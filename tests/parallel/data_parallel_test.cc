@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <thread>
 
 #include "testing/gradient_check.h"
 #include "tower/core/philox.h"
@@ -40,21 +41,27 @@ struct TrainRun {
   std::map<std::string, std::vector<float>> weights;
 };
 
-// 5 steps of plain SGD (lr 0.05) on a fixed batch sequence.
+// 5 steps of plain SGD (lr 0.05) on a fixed batch sequence. With a communicator of R ranks this
+// rank takes its share of each global batch, as the input pipeline gives it.
 TrainRun train(const std::string& model, const Shape& example, int num_towers, int64_t global_batch,
-          Strategy strategy, size_t bucket_bytes = 25u << 20) {
+          Strategy strategy, size_t bucket_bytes = 25u << 20, Communicator* comm = nullptr,
+          uint64_t seed = 3) {
+  const int ranks = comm ? comm->size() : 1, rank = comm ? comm->rank() : 0;
+  const int64_t begin = global_batch * rank / ranks, end = global_batch * (rank + 1) / ranks;
   DataParallelOptions options;
   options.devices.clear();
   for (int i = 0; i < num_towers; ++i) options.devices.push_back({DeviceKind::cpu, i});
   options.threads.assign(static_cast<size_t>(num_towers), 1);
   options.strategy = strategy;
   options.bucket_bytes = bucket_bytes;
-  options.seed = 3;
-  DataParallel dp(example, global_batch, classifier(model), options);
+  options.seed = seed;
+  options.comm = comm;
+  DataParallel dp(example, end - begin, classifier(model), options);
   TrainRun run;
   for (int step = 0; step < 5; ++step) {
     Problem p = make_problem(example, global_batch, 100 + static_cast<uint64_t>(step));
-    run.losses.push_back(dp.step(p.images, p.labels, static_cast<uint64_t>(step)).loss);
+    run.losses.push_back(
+        dp.step(p.images.slice(begin, end), p.labels.slice(begin, end), static_cast<uint64_t>(step)).loss);
     for (int r = 0; r < dp.num_replicas(); ++r)
       for (size_t v = 0; v < dp.trainable().size(); ++v) {
         Tensor& w = dp.replica(r).get(dp.trainable()[v].name);
@@ -110,6 +117,53 @@ TEST_P(TowersEquivalenceTest, SameSeedSameLayoutIsBitwiseDeterministic) {
   EXPECT_EQ(a.losses, b.losses);
   EXPECT_EQ(a.weights, b.weights);
 }
+
+// R ranks (threads of this process standing in for MPI processes), each with its own towers.
+// Every rank must end with the same bits; rank 0's run is returned.
+TrainRun train_ranks(const std::string& model, const Shape& example, int ranks, int towers_per_rank,
+                     int64_t global_batch, Strategy strategy, size_t bucket_bytes,
+                     std::vector<uint64_t> seeds = {}) {
+  auto comms = make_thread_communicators(ranks);
+  std::vector<TrainRun> runs(static_cast<size_t>(ranks));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r)
+    threads.emplace_back([&, r] {
+      const uint64_t seed = seeds.empty() ? 3 : seeds[static_cast<size_t>(r)];
+      runs[static_cast<size_t>(r)] = train(model, example, towers_per_rank, global_batch, strategy,
+                                           bucket_bytes, comms[static_cast<size_t>(r)].get(), seed);
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 1; r < ranks; ++r) {
+    EXPECT_EQ(runs[static_cast<size_t>(r)].losses, runs[0].losses) << "rank " << r;
+    EXPECT_EQ(runs[static_cast<size_t>(r)].weights, runs[0].weights) << "rank " << r;
+  }
+  return runs[0];
+}
+
+class RanksTest : public ::testing::TestWithParam<Strategy> {};
+
+TEST_P(RanksTest, RanksTimesTowersMatchOneProcessWithTheSameGlobalBatch) {
+  const Shape example{1, 8, 8};
+  for (auto [ranks, towers] : {std::pair{2, 1}, {3, 1}, {2, 2}}) {
+    const int64_t global_batch = 4 * ranks * towers;
+    SCOPED_TRACE(::testing::Message() << ranks << " ranks x " << towers << " towers");
+    TrainRun one = train("mlp", example, 1, global_batch, GetParam());
+    // Small buckets: several cross-rank reductions per step, overlapped with backward.
+    TrainRun many = train_ranks("mlp", example, ranks, towers, global_batch, GetParam(), 2048);
+    expect_close(one, many, 2e-5);
+  }
+}
+
+TEST_P(RanksTest, InitialWeightsComeFromRankZero) {
+  const Shape example{1, 8, 8};
+  TrainRun same = train_ranks("mlp", example, 2, 1, 8, GetParam(), 2048);
+  // Rank 1 asks for another seed; it still starts from (and ends with) rank 0's weights.
+  TrainRun mixed = train_ranks("mlp", example, 2, 1, 8, GetParam(), 2048, {3, 4});
+  EXPECT_EQ(same.weights, mixed.weights);
+}
+
+INSTANTIATE_TEST_SUITE_P(Strategies, RanksTest, ::testing::Values(Strategy::allreduce, Strategy::central),
+                         [](const auto& info) { return std::string(strategy_name(info.param)); });
 
 INSTANTIATE_TEST_SUITE_P(
     Models, TowersEquivalenceTest,

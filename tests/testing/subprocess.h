@@ -18,10 +18,10 @@ struct CommandResult {
   std::string output;  // stdout and stderr together
 };
 
-// Runs `args` (a shell command line after the binary) to completion.
-inline CommandResult run_tower(const std::string& args) {
+// Runs a shell command line to completion.
+inline CommandResult run_command(const std::string& command_line) {
   CommandResult result;
-  std::string command = tower_binary() + " " + args + " 2>&1";
+  std::string command = command_line + " 2>&1";
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return result;
   std::array<char, 4096> buffer;
@@ -32,15 +32,22 @@ inline CommandResult run_tower(const std::string& args) {
   return result;
 }
 
-// Starts `args` in the background (output to `log_path`); returns the child's pid.
-inline pid_t spawn_tower(const std::string& args, const std::string& log_path) {
+// Runs `args` (a shell command line after the binary) to completion.
+inline CommandResult run_tower(const std::string& args) { return run_command(tower_binary() + " " + args); }
+
+// Starts a shell command line in the background (output to `log_path`); returns the child's pid.
+inline pid_t spawn_command(const std::string& command_line, const std::string& log_path) {
   pid_t pid = fork();
   if (pid == 0) {
-    std::string command = "exec " + tower_binary() + " " + args + " > " + log_path + " 2>&1";
+    std::string command = "exec " + command_line + " > " + log_path + " 2>&1";
     execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
   return pid;
+}
+
+inline pid_t spawn_tower(const std::string& args, const std::string& log_path) {
+  return spawn_command(tower_binary() + " " + args, log_path);
 }
 
 inline int wait_exit_code(pid_t pid) {

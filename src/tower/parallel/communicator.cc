@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <chrono>
+#include <condition_variable>
 #include <mutex>
 
 #include "tower/core/device.h"
@@ -28,6 +30,65 @@ class SingleCommunicator : public Communicator {
   void broadcast(void*, size_t, int) override {}
   std::vector<std::string> allgather(const std::string& mine) override { return {mine}; }
   [[noreturn]] void abort(int exit_code) override { std::_Exit(exit_code); }
+};
+
+// The state the ranks of a thread group share: one round of exchange() at a time.
+struct ThreadGroup {
+  explicit ThreadGroup(int size) : slots(static_cast<size_t>(size)) {}
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::vector<std::string> slots;  // each rank's contribution to the current round
+  int arrived = 0, departed = 0;
+  bool draining = false;  // every rank arrived; they are reading the slots
+};
+
+class ThreadCommunicator : public Communicator {
+ public:
+  ThreadCommunicator(std::shared_ptr<ThreadGroup> group, int rank) : group_(std::move(group)), rank_(rank) {}
+  int rank() const override { return rank_; }
+  int size() const override { return static_cast<int>(group_->slots.size()); }
+  int local_size() const override { return size(); }
+  std::string_view backend() const override { return "threads"; }
+
+  void allreduce_sum(float* data, int64_t count) override {
+    const auto all = exchange(std::string(reinterpret_cast<const char*>(data), static_cast<size_t>(count) * 4));
+    std::fill(data, data + count, 0.0f);
+    for (const std::string& part : all)  // in rank order: the same bits on every rank
+      for (int64_t i = 0; i < count; ++i) data[i] += reinterpret_cast<const float*>(part.data())[i];
+  }
+  void broadcast(void* data, size_t bytes, int root) override {
+    const auto all = exchange(rank_ == root ? std::string(static_cast<const char*>(data), bytes) : "");
+    std::memcpy(data, all[static_cast<size_t>(root)].data(), bytes);
+  }
+  std::vector<std::string> allgather(const std::string& mine) override { return exchange(mine); }
+  [[noreturn]] void abort(int exit_code) override { std::_Exit(exit_code); }
+
+ private:
+  std::vector<std::string> exchange(std::string mine) {
+    ThreadGroup& g = *group_;
+    std::unique_lock<std::mutex> lock(g.mutex);
+    wait(lock, [&] { return !g.draining; });
+    g.slots[static_cast<size_t>(rank_)] = std::move(mine);
+    if (++g.arrived == size()) {
+      g.draining = true;
+      g.cv.notify_all();
+    }
+    wait(lock, [&] { return g.draining; });
+    std::vector<std::string> all = g.slots;
+    if (++g.departed == size()) {
+      g.arrived = g.departed = 0;
+      g.draining = false;
+      g.cv.notify_all();
+    }
+    return all;
+  }
+  template <typename Pred>
+  void wait(std::unique_lock<std::mutex>& lock, Pred pred) {
+    if (!group_->cv.wait_for(lock, std::chrono::duration<double>(timeout()), pred))
+      fail("rank {} waited {:.0f} s for the other ranks, which did not answer", rank_, timeout());
+  }
+  std::shared_ptr<ThreadGroup> group_;
+  int rank_;
 };
 
 // The launcher's size variable: Open MPI's, or the PMI ones other MPIs set.
@@ -60,6 +121,13 @@ std::unique_ptr<Communicator>& world_slot() {
 }  // namespace
 
 std::unique_ptr<Communicator> make_single_communicator() { return std::make_unique<SingleCommunicator>(); }
+
+std::vector<std::unique_ptr<Communicator>> make_thread_communicators(int size) {
+  auto group = std::make_shared<ThreadGroup>(size);
+  std::vector<std::unique_ptr<Communicator>> ranks;
+  for (int r = 0; r < size; ++r) ranks.push_back(std::make_unique<ThreadCommunicator>(group, r));
+  return ranks;
+}
 
 Communicator& world() {
   static std::once_flag once;

@@ -45,6 +45,9 @@ class Communicator {
 Communicator& world();
 // A communicator of one rank (tests, and builds without MPI).
 std::unique_ptr<Communicator> make_single_communicator();
+// `size` ranks that are threads of this process, one communicator each (rank r drives
+// result[r] from its own thread): multi-rank code under test without MPI, and under TSan.
+std::vector<std::unique_ptr<Communicator>> make_thread_communicators(int size);
 // Finalizes MPI at a normal exit (a no-op without it).
 void shutdown_world();
 

@@ -23,6 +23,7 @@ struct Flags {
   std::string model = "cifar10", mode = "train", strategy = "allreduce";
   int64_t batch_size = 128;
   int threads = 0, num_devices = 1, steps = 10, windows = 5;
+  double bucket_mb = 25;
 };
 
 // Multiply-adds of the convolutions and matmuls (the rest is small next to them), times two.
@@ -66,11 +67,28 @@ double median_seconds_per_step(const Flags& flags, F&& fn) {
   return windows[windows.size() / 2];
 }
 
+// Cross-rank all-reduce time by message size (the latency/bandwidth of the MPI transport), the
+// measurements the all-reduce scaling model (bench/e2e/allreduce_model.py) is fitted to.
+void run_allreduce_bench(const Flags& flags, Communicator& comm) {
+  nlohmann::json sizes = nlohmann::json::array(), seconds = nlohmann::json::array();
+  for (int64_t bytes = 4096; bytes <= (64 << 20); bytes *= 4) {
+    std::vector<float> data(static_cast<size_t>(bytes / 4), 1.0f);
+    double t = median_seconds_per_step(flags, [&] { comm.allreduce_sum(data.data(), bytes / 4); });
+    sizes.push_back(bytes);
+    seconds.push_back(t);
+  }
+  if (comm.rank() == 0)
+    fmt::print("{}\n", nlohmann::json{{"mode", "allreduce"}, {"ranks", comm.size()}, {"backend", comm.backend()},
+                                      {"bytes", sizes}, {"seconds", seconds}}
+                           .dump());
+}
+
 void run_bench(const Flags& flags) {
+  Communicator& comm = world();
+  if (flags.mode == "allreduce") return run_allreduce_bench(flags, comm);
   const ModelDef& model = get_model(flags.model);
   if (flags.mode != "train" && flags.mode != "infer")
-    fail("bad --mode '{}': expected train or infer", flags.mode);
-  Communicator& comm = world();
+    fail("bad --mode '{}': expected train, infer or allreduce", flags.mode);
   const int cores = flags.threads > 0 ? flags.threads : cores_per_rank(comm);
   if (flags.batch_size % comm.size() != 0)
     fail("--batch_size {} must be a multiple of the number of ranks ({})", flags.batch_size, comm.size());
@@ -91,6 +109,7 @@ void run_bench(const Flags& flags) {
     options.strategy = parse_strategy(flags.strategy);
     options.seed = 1;
     options.comm = &comm;
+    options.bucket_bytes = static_cast<size_t>(flags.bucket_mb * (1 << 20));
     DataParallel dp(model.default_input, local_batch,
                     [&](const Scope& scope, Value x, Value y) {
                       ModelOutputs out = model.build(scope, x, 10, Mode::train);
@@ -164,7 +183,11 @@ void run_bench(const Flags& flags) {
 CommandRegistrar registrar{{"bench", "Measure training or inference throughput on synthetic data", [](CLI::App& app) {
   static Flags flags;
   app.add_option("--model", flags.model, "Model")->capture_default_str();
-  app.add_option("--mode", flags.mode, "train (forward + backward + SGD update) or infer")->capture_default_str();
+  app.add_option("--mode", flags.mode,
+                 "train (forward + backward + SGD update), infer, or allreduce (MPI transport "
+                 "time by message size, under mpirun)")
+      ->capture_default_str();
+  app.add_option("--bucket_mb", flags.bucket_mb, "All-reduce bucket size in MB (train mode)")->capture_default_str();
   app.add_option("--batch_size", flags.batch_size, "Global batch (all towers and ranks)")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--threads", flags.threads, "Threads in all (default: all cores)");
   app.add_option("--num_devices", flags.num_devices, "Towers (train mode)")->capture_default_str()->check(CLI::PositiveNumber);

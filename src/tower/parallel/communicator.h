@@ -2,8 +2,9 @@
 // combine the ranks. Under `mpirun` in a build with MPI, world() is MPI_COMM_WORLD; otherwise it
 // is this process alone, and nothing here touches MPI.
 //
-// Collectives never hang: each waits at most timeout() seconds for the other ranks and then
-// throws a tower::Error, and main() ends the whole job with abort() on any error.
+// Collectives never hang: one that waits more than timeout() seconds for the other ranks ends
+// the job (MPI) or throws a tower::Error (thread ranks), and main() ends the whole job with
+// abort() on any error.
 #pragma once
 
 #include <cstdint>

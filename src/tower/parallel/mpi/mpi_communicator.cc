@@ -1,10 +1,15 @@
-// The MPI communicator: MPI_COMM_WORLD, with non-blocking collectives polled against a deadline
-// so that a dead or stuck rank turns into an error instead of a hang.
+// The MPI communicator: MPI_COMM_WORLD with blocking collectives (Open MPI's tuned, shared-memory
+// aware algorithms are about twice as fast as its non-blocking ones here), each watched by a
+// watchdog thread that ends the job when a collective outlives the timeout, so a dead or stuck
+// rank never makes the others hang.
 #include <mpi.h>
 
 #include <chrono>
 #include <climits>
+#include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <thread>
 
 #include "tower/parallel/communicator.h"
@@ -12,14 +17,16 @@
 namespace tower {
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
 class MpiCommunicator : public Communicator {
  public:
   MpiCommunicator() {
     int provided = 0;
-    // Collectives come from one thread at a time (the reducer's or the trainer's), never two.
-    check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");
+    // The watchdog may call MPI_Abort while another thread is inside a collective.
+    check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
     if (provided < MPI_THREAD_SERIALIZED)
-      fail("the MPI library offers thread level {} but tower needs MPI_THREAD_SERIALIZED", provided);
+      fail("the MPI library offers thread level {} but tower needs at least MPI_THREAD_SERIALIZED", provided);
     check(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "MPI_Comm_dup");
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     MPI_Comm_rank(comm_, &rank_);
@@ -29,6 +36,7 @@ class MpiCommunicator : public Communicator {
           "MPI_Comm_split_type");
     MPI_Comm_size(local, &local_size_);
     MPI_Comm_free(&local);
+    watchdog_ = std::thread([this] { watch(); });
   }
 
   int rank() const override { return rank_; }
@@ -39,10 +47,9 @@ class MpiCommunicator : public Communicator {
   void allreduce_sum(float* data, int64_t count) override {
     for (int64_t done = 0; done < count;) {
       const int n = static_cast<int>(std::min<int64_t>(count - done, INT_MAX));
-      MPI_Request request;
-      check(MPI_Iallreduce(MPI_IN_PLACE, data + done, n, MPI_FLOAT, MPI_SUM, comm_, &request),
-            "MPI_Iallreduce");
-      wait(request, "an all-reduce");
+      guarded("an all-reduce", [&] {
+        return MPI_Allreduce(MPI_IN_PLACE, data + done, n, MPI_FLOAT, MPI_SUM, comm_);
+      });
       done += n;
     }
   }
@@ -51,9 +58,7 @@ class MpiCommunicator : public Communicator {
     auto* p = static_cast<char*>(data);
     for (size_t done = 0; done < bytes;) {
       const int n = static_cast<int>(std::min<size_t>(bytes - done, INT_MAX));
-      MPI_Request request;
-      check(MPI_Ibcast(p + done, n, MPI_BYTE, root, comm_, &request), "MPI_Ibcast");
-      wait(request, "a broadcast");
+      guarded("a broadcast", [&] { return MPI_Bcast(p + done, n, MPI_BYTE, root, comm_); });
       done += static_cast<size_t>(n);
     }
   }
@@ -61,16 +66,14 @@ class MpiCommunicator : public Communicator {
   std::vector<std::string> allgather(const std::string& mine) override {
     std::vector<int> sizes(static_cast<size_t>(size_));
     int my_size = static_cast<int>(mine.size());
-    MPI_Request request;
-    check(MPI_Iallgather(&my_size, 1, MPI_INT, sizes.data(), 1, MPI_INT, comm_, &request), "MPI_Iallgather");
-    wait(request, "an all-gather");
+    guarded("an all-gather", [&] { return MPI_Allgather(&my_size, 1, MPI_INT, sizes.data(), 1, MPI_INT, comm_); });
     std::vector<int> offsets(sizes.size(), 0);
     for (size_t r = 1; r < sizes.size(); ++r) offsets[r] = offsets[r - 1] + sizes[r - 1];
     std::string all(static_cast<size_t>(offsets.back() + sizes.back()), '\0');
-    check(MPI_Iallgatherv(mine.data(), my_size, MPI_CHAR, all.data(), sizes.data(), offsets.data(),
-                          MPI_CHAR, comm_, &request),
-          "MPI_Iallgatherv");
-    wait(request, "an all-gather");
+    guarded("an all-gather", [&] {
+      return MPI_Allgatherv(mine.data(), my_size, MPI_CHAR, all.data(), sizes.data(), offsets.data(),
+                            MPI_CHAR, comm_);
+    });
     std::vector<std::string> out;
     for (size_t r = 0; r < sizes.size(); ++r)
       out.push_back(all.substr(static_cast<size_t>(offsets[r]), static_cast<size_t>(sizes[r])));
@@ -83,6 +86,12 @@ class MpiCommunicator : public Communicator {
   }
 
   void finalize() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    watchdog_.join();
     MPI_Comm_free(&comm_);
     MPI_Finalize();
   }
@@ -96,28 +105,51 @@ class MpiCommunicator : public Communicator {
     fail("{} failed on rank {}: {}", call, rank_, std::string(text, static_cast<size_t>(length)));
   }
 
-  // Polls until done. Open MPI makes progress only inside MPI calls, so the poll is what moves
-  // the data; it backs off to short sleeps to leave the cores to the towers.
-  void wait(MPI_Request& request, const char* what) {
-    using Clock = std::chrono::steady_clock;
-    const auto start = Clock::now();
-    const auto deadline = start + std::chrono::duration<double>(timeout());
-    for (int polls = 0;; ++polls) {
-      int done = 0;
-      check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
-      if (done) return;
-      if (polls > 100) {
-        if (Clock::now() > deadline)
-          fail("rank {} waited {:.0f} s in {} for the other ranks, which did not answer (a rank "
-               "died, hangs, or is much slower); stopping the job",
-               rank_, timeout(), what);
-        std::this_thread::sleep_for(std::chrono::microseconds(polls > 2000 ? 200 : 20));
+  // Runs one blocking collective with the watchdog armed.
+  template <typename Call>
+  void guarded(const char* what, Call&& call) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      what_ = what;
+      deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout()));
+      armed_ = true;
+    }
+    cv_.notify_all();
+    const int code = call();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      armed_ = false;
+    }
+    check(code, what);
+  }
+
+  void watch() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!stopping_) {
+      if (!armed_) {
+        cv_.wait(lock);
+        continue;
       }
+      const auto deadline = deadline_;
+      if (cv_.wait_until(lock, deadline, [&] { return stopping_ || !armed_ || deadline_ != deadline; }))
+        continue;
+      std::fprintf(stderr,
+                   "tower[rank %d]: error: rank %d waited %.0f s in %s for the other ranks, which "
+                   "did not answer (a rank died, hangs, or is much slower); stopping the job\n",
+                   rank_, rank_, timeout(), what_);
+      std::fflush(stderr);
+      MPI_Abort(MPI_COMM_WORLD, 1);
     }
   }
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1, local_size_ = 1;
+  std::thread watchdog_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool armed_ = false, stopping_ = false;
+  const char* what_ = "";
+  Clock::time_point deadline_;
 };
 
 MpiCommunicator* g_mpi = nullptr;

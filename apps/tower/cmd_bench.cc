@@ -188,12 +188,12 @@ CommandRegistrar registrar{{"bench", "Measure training or inference throughput o
                  "time by message size, under mpirun)")
       ->capture_default_str();
   app.add_option("--bucket_mb", flags.bucket_mb, "All-reduce bucket size in MB (train mode)")->capture_default_str();
-  app.add_option("--batch_size", flags.batch_size, "Global batch (all towers and ranks)")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--batch_size", flags.batch_size, "Global batch (all towers and ranks)")->capture_default_str()->check(positive);
   app.add_option("--threads", flags.threads, "Threads in all (default: all cores)");
-  app.add_option("--num_devices", flags.num_devices, "Towers (train mode)")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--num_devices", flags.num_devices, "Towers (train mode)")->capture_default_str()->check(positive);
   app.add_option("--strategy", flags.strategy, "allreduce | central")->capture_default_str();
-  app.add_option("--steps", flags.steps, "Steps per timed window")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--windows", flags.windows, "Timed windows (the median is reported)")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--steps", flags.steps, "Steps per timed window")->capture_default_str()->check(positive);
+  app.add_option("--windows", flags.windows, "Timed windows (the median is reported)")->capture_default_str()->check(positive);
   app.callback([] { run_bench(flags); });
 }}};
 

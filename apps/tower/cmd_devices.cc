@@ -29,7 +29,7 @@ CommandRegistrar registrar{{"devices", "List the devices tower can train on", []
   static int num_devices = 0;
   app.add_option("--num_devices", num_devices,
                  "Split the CPU cores into this many logical devices (default: one per core)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive);
   app.callback([] { run_devices(num_devices); });
 }}};
 

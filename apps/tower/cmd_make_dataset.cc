@@ -40,10 +40,10 @@ CommandRegistrar registrar{
            ->capture_default_str();
        app.add_option("--out", args.out, "Directory to write (created if missing)")->required();
        app.add_option("--num_train", args.num_train, "Training examples")
-           ->check(CLI::PositiveNumber)
+           ->check(positive)
            ->capture_default_str();
        app.add_option("--num_test", args.num_test, "Test examples")
-           ->check(CLI::PositiveNumber)
+           ->check(positive)
            ->capture_default_str();
        app.add_option("--seed", args.seed, "Seed of the patterns and noise")->capture_default_str();
        app.add_flag("--plain", args.plain, "IDX only: write uncompressed files instead of .gz");

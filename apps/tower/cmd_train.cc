@@ -38,20 +38,20 @@ CommandRegistrar registrar{{"train", "Train a model on every device (resumes fro
       ->capture_default_str();
   app.add_option("--devices", flags.devices, "Devices, e.g. cpu:0,cpu:1 (one tower each)");
   app.add_option("--num_devices", c.num_devices, "Split the CPU cores into N logical devices")
-      ->check(CLI::PositiveNumber);
+      ->check(positive);
   app.add_option("--num_gpus", flags.num_gpus, "Towers on cuda:0..N-1 (the classic flag)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive);
   app.add_flag("--allow_soft_placement", c.allow_soft_placement,
                "Place towers of missing GPUs on CPU devices instead of failing");
   app.add_flag("--log_device_placement", c.log_device_placement, "Print where every node runs");
   app.add_option("--strategy", flags.strategy, "allreduce | central")->capture_default_str();
   app.add_option("--bucket_mb", c.bucket_mb, "All-reduce bucket size in MB")->capture_default_str();
   app.add_option("--batch_size", c.batch_size, "Examples per tower per step")->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive);
   app.add_option("--max_steps", c.max_steps, "Stop after this many steps (overrides --epochs)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative);
   app.add_option("--epochs", c.epochs, "Stop after this many epochs")->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative);
   app.add_option("--train_dir", c.train_dir, "Checkpoints, metrics.jsonl and TensorBoard logs")
       ->capture_default_str();
   app.add_option("--optimizer", c.optimizer.name, "sgd | momentum | adam | adamw")->capture_default_str();
@@ -70,18 +70,18 @@ CommandRegistrar registrar{{"train", "Train a model on every device (resumes fro
   app.add_option("--ema_decay", c.ema_decay, "Moving average of the weights (0: off)")->capture_default_str();
   app.add_option("--seed", c.seed, "Random seed (init, shuffling, augmentation)")->capture_default_str();
   app.add_option("--num_preprocess_threads", c.num_preprocess_threads, "Input pipeline workers")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
+      ->capture_default_str()->check(non_negative);
   app.add_option("--log_every", c.log_every, "Log a line every N steps")->capture_default_str();
   app.add_option("--save_every_steps", c.save_every_steps, "Checkpoint every N steps (0: off)");
   app.add_option("--save_every_secs", c.save_every_secs, "Checkpoint every N seconds (0: off)")
       ->capture_default_str();
   app.add_option("--keep_checkpoints", c.keep_checkpoints, "Keep the last K checkpoints")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()->check(positive);
   app.add_option("--eval_every", c.eval_every, "Evaluate on the test set every N steps (0: at the end)");
   app.add_option("--resume_from", c.resume_from, "Resume from this checkpoint prefix");
   app.add_option("--comm_timeout", c.comm_timeout,
                  "Seconds a rank waits for the other ranks (mpirun) before the job stops")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()->check(positive);
   app.callback([] { run_train(flags); });
 }}};
 

@@ -22,4 +22,20 @@ struct CommandRegistrar {
   explicit CommandRegistrar(Command command) { commands().push_back(std::move(command)); }
 };
 
+// Checks for numeric flags with a short message ("must be a number > 0, got 'abc'"), where
+// CLI11's own range validators print a 300-digit upper bound.
+inline CLI::Validator number_above(double bound, bool inclusive) {
+  const std::string what = std::string(inclusive ? ">= " : "> ") + CLI::detail::to_string(bound);
+  return CLI::Validator(
+      [bound, inclusive, what](std::string& text) -> std::string {
+        double value = 0;
+        if (!CLI::detail::lexical_cast(text, value) || (inclusive ? value < bound : value <= bound))
+          return "must be a number " + what + ", got '" + text + "'";
+        return {};
+      },
+      "NUMBER " + what);
+}
+inline const CLI::Validator positive = number_above(0, false);
+inline const CLI::Validator non_negative = number_above(0, true);
+
 }  // namespace tower::cli

@@ -139,7 +139,8 @@ TEST_F(CliTest, NanLossStopsWithTheStep) {
 TEST(CliErrorsTest, BadFlagsAndMissingDataAreOneClearLine) {
   auto bad_number = run_tower("train --batch_size abc");
   EXPECT_EQ(bad_number.exit_code, 2);
-  EXPECT_TRUE(contains(bad_number.output, "--batch_size")) << bad_number.output;
+  EXPECT_TRUE(contains(bad_number.output, "--batch_size: must be a number > 0, got 'abc'")) << bad_number.output;
+  EXPECT_LT(bad_number.output.size(), 200u) << bad_number.output;
   auto unknown = run_tower("train --no_such_flag 1");
   EXPECT_EQ(unknown.exit_code, 2);
   EXPECT_TRUE(contains(unknown.output, "--no_such_flag")) << unknown.output;

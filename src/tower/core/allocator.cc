@@ -9,11 +9,27 @@
 
 namespace tower {
 
+namespace {
+DeviceMemoryOps g_cuda_memory{};
+}
+
+void register_device_memory(DeviceKind kind, DeviceMemoryOps ops) {
+  TOWER_CHECK(kind == DeviceKind::cuda);
+  g_cuda_memory = ops;
+}
+
+const DeviceMemoryOps& device_memory(DeviceKind kind) {
+  if (kind != DeviceKind::cuda || g_cuda_memory.allocate == nullptr)
+    fail("this build of tower has no CUDA backend (configure with -DTOWER_CUDA=ON on a machine "
+         "with the CUDA toolkit)");
+  return g_cuda_memory;
+}
+
 void* Allocator::allocate(size_t bytes) {
-  if (device_.kind != DeviceKind::cpu)
-    fail("cannot allocate on {}: this allocator only serves host memory", device_.to_string());
   size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
-  void* ptr = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
+  void* ptr = device_.kind == DeviceKind::cpu
+                  ? std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded)
+                  : device_memory(device_.kind).allocate(device_.index, rounded);
   if (ptr == nullptr)
     fail("out of memory on {}: could not allocate {} bytes", device_.to_string(), bytes);
   num_allocations_.fetch_add(1, std::memory_order_relaxed);
@@ -26,7 +42,10 @@ void* Allocator::allocate(size_t bytes) {
 
 void Allocator::deallocate(void* ptr, size_t bytes) {
   if (ptr == nullptr) return;
-  std::free(ptr);
+  if (device_.kind == DeviceKind::cpu)
+    std::free(ptr);
+  else
+    device_memory(device_.kind).deallocate(device_.index, ptr, (bytes + kAlignment - 1) / kAlignment * kAlignment);
   bytes_in_use_.fetch_sub(static_cast<int64_t>(bytes));
 }
 

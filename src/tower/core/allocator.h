@@ -38,4 +38,15 @@ class Allocator {
 // The process-wide allocator of a device (created on first use, lives until exit).
 Allocator& allocator_for(Device device);
 
+// How the memory of a non-host device kind is reached. A backend (CUDA) registers its functions
+// when its library is loaded; in a build without it, tensors on such devices are a clear error.
+struct DeviceMemoryOps {
+  void* (*allocate)(int index, size_t bytes);             // throws tower::Error when out of memory
+  void (*deallocate)(int index, void* ptr, size_t bytes);
+  void (*copy)(void* dst, const void* src, size_t bytes);  // any direction, host or device
+  void (*zero)(void* ptr, size_t bytes);
+};
+void register_device_memory(DeviceKind kind, DeviceMemoryOps ops);
+const DeviceMemoryOps& device_memory(DeviceKind kind);  // throws if none is registered
+
 }  // namespace tower

@@ -1,6 +1,26 @@
 #include "tower/core/tensor.h"
 
 namespace tower {
+namespace {
+
+// Host memory with the C library; device memory (either side) through its backend.
+void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
+  if (bytes == 0) return;
+  if (dst_device.kind == DeviceKind::cpu && src_device.kind == DeviceKind::cpu)
+    std::memmove(dst, src, bytes);
+  else
+    device_memory(DeviceKind::cuda).copy(dst, src, bytes);
+}
+
+void zero_bytes(void* ptr, Device device, size_t bytes) {
+  if (bytes == 0) return;
+  if (device.kind == DeviceKind::cpu)
+    std::memset(ptr, 0, bytes);
+  else
+    device_memory(device.kind).zero(ptr, bytes);
+}
+
+}  // namespace
 
 struct Tensor::Storage {
   Allocator* allocator;
@@ -16,7 +36,7 @@ Tensor::Tensor(Shape shape, DType dtype, Device device)
   void* ptr = allocator.allocate(bytes);
   storage_ = std::shared_ptr<Storage>(new Storage{&allocator, ptr, bytes});
   data_ = ptr;
-  std::memset(data_, 0, bytes);
+  zero_bytes(data_, device_, bytes);
 }
 
 Tensor Tensor::wrap(void* data, Shape shape, DType dtype, Device device) {
@@ -30,7 +50,7 @@ Tensor Tensor::wrap(void* data, Shape shape, DType dtype, Device device) {
 
 Tensor Tensor::clone() const {
   Tensor t(shape_, dtype_, device_);
-  if (nbytes() > 0) std::memcpy(t.data_, data_, nbytes());
+  copy_bytes(t.data_, device_, data_, device_, nbytes());
   return t;
 }
 
@@ -68,11 +88,11 @@ void Tensor::copy_from(const Tensor& src) {
   if (src.shape_ != shape_ || src.dtype_ != dtype_)
     fail("cannot copy a {} tensor of shape {} into a {} tensor of shape {}", dtype_name(src.dtype_),
          src.shape_.to_string(), dtype_name(dtype_), shape_.to_string());
-  if (nbytes() > 0) std::memmove(data_, src.data_, nbytes());
+  copy_bytes(data_, device_, src.data_, src.device_, nbytes());
 }
 
 void Tensor::fill_zero() {
-  if (nbytes() > 0) std::memset(data_, 0, nbytes());
+  zero_bytes(data_, device_, nbytes());
 }
 
 void Tensor::check_type(DType requested) const {

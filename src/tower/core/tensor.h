@@ -33,7 +33,7 @@ class Tensor {
   Tensor view() const;                                // shares storage
   Tensor slice(int64_t begin, int64_t end) const;     // rows [begin, end) of axis 0, shares storage
   Tensor reshape(Shape shape) const;                  // same storage, same numel
-  void copy_from(const Tensor& src);                  // same shape and dtype; copies the bytes
+  void copy_from(const Tensor& src);                  // same shape and dtype; copies the bytes (any devices)
   void fill_zero();
 
   bool defined() const { return data_ != nullptr || shape_.numel() == 0; }

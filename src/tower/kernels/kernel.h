@@ -31,6 +31,7 @@ struct KernelIO {
 struct KernelContext {
   Device device;
   int num_threads = 1;  // the device's thread team size
+  void* stream = nullptr;  // CUDA: the tower's cudaStream_t, on which kernels run (null: default)
 };
 
 class Kernel {

@@ -1,0 +1,99 @@
+// CUDA device memory for tower::Tensor: a caching allocator per GPU (a training loop frees and
+// allocates the same sizes, so after the first step nothing reaches cudaMalloc), registered with
+// the core allocator when this library is loaded, plus the status checks of launch.h.
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "tower/core/allocator.h"
+#include "tower/kernels/cuda/cuda_util.h"
+
+namespace tower::cuda {
+
+void check(cudaError_t status, const char* call) {
+  if (status != cudaSuccess) fail("CUDA error in {}: {}", call, cudaGetErrorString(status));
+}
+void check(cudnnStatus_t status, const char* call) {
+  if (status != CUDNN_STATUS_SUCCESS) fail("cuDNN error in {}: {}", call, cudnnGetErrorString(status));
+}
+void check(cublasStatus_t status, const char* call) {
+  if (status != CUBLAS_STATUS_SUCCESS) fail("cuBLAS error in {}: {}", call, cublasGetStatusString(status));
+}
+
+void use_device(const Device& device) {
+  if (device.kind == DeviceKind::cuda) TOWER_CUDA_CHECK(cudaSetDevice(device.index));
+}
+
+namespace {
+
+class CachingAllocator {
+ public:
+  void* allocate(int index, size_t bytes) {
+    const size_t size = round(bytes);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto& free = free_[index];
+      auto it = free.find(size);
+      if (it != free.end()) {
+        void* ptr = it->second;
+        free.erase(it);
+        return ptr;
+      }
+    }
+    int previous = 0;
+    TOWER_CUDA_CHECK(cudaGetDevice(&previous));
+    TOWER_CUDA_CHECK(cudaSetDevice(index));
+    void* ptr = nullptr;
+    cudaError_t status = cudaMalloc(&ptr, size);
+    if (status == cudaErrorMemoryAllocation) {  // give the cached blocks back, then try once more
+      (void)cudaGetLastError();
+      release(index);
+      status = cudaMalloc(&ptr, size);
+    }
+    cudaSetDevice(previous);
+    if (status != cudaSuccess) {
+      (void)cudaGetLastError();
+      fail("out of memory on cuda:{}: could not allocate {} bytes ({})", index, bytes, cudaGetErrorString(status));
+    }
+    return ptr;
+  }
+
+  void deallocate(int index, void* ptr, size_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    free_[index].emplace(round(bytes), ptr);
+  }
+
+ private:
+  // Small blocks by 512 B, large ones by 2 MiB: few distinct sizes, little waste.
+  static size_t round(size_t bytes) {
+    const size_t unit = bytes < (1u << 20) ? 512 : (2u << 20);
+    return (std::max<size_t>(bytes, 1) + unit - 1) / unit * unit;
+  }
+  void release(int index) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& [size, ptr] : free_[index]) cudaFree(ptr);
+    free_[index].clear();
+  }
+  std::mutex mutex_;
+  std::map<int, std::multimap<size_t, void*>> free_;
+};
+
+CachingAllocator& caching_allocator() {
+  static auto* allocator = new CachingAllocator();  // outlives tensors freed at exit
+  return *allocator;
+}
+
+const bool registered = [] {
+  register_device_memory(
+      DeviceKind::cuda,
+      {.allocate = [](int index, size_t bytes) { return caching_allocator().allocate(index, bytes); },
+       .deallocate = [](int index, void* ptr, size_t bytes) { caching_allocator().deallocate(index, ptr, bytes); },
+       .copy = [](void* dst, const void* src, size_t bytes) {
+         TOWER_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+       },
+       .zero = [](void* ptr, size_t bytes) { TOWER_CUDA_CHECK(cudaMemset(ptr, 0, bytes)); }});
+  return true;
+}();
+
+}  // namespace
+}  // namespace tower::cuda

@@ -45,7 +45,7 @@ struct TrainRun {
 // rank takes its share of each global batch, as the input pipeline gives it.
 TrainRun train(const std::string& model, const Shape& example, int num_towers, int64_t global_batch,
           Strategy strategy, size_t bucket_bytes = 25u << 20, Communicator* comm = nullptr,
-          uint64_t seed = 3) {
+          uint64_t seed = 3, bool staged = false) {
   const int ranks = comm ? comm->size() : 1, rank = comm ? comm->rank() : 0;
   const int64_t begin = global_batch * rank / ranks, end = global_batch * (rank + 1) / ranks;
   DataParallelOptions options;
@@ -56,6 +56,7 @@ TrainRun train(const std::string& model, const Shape& example, int num_towers, i
   options.bucket_bytes = bucket_bytes;
   options.seed = seed;
   options.comm = comm;
+  options.stage_through_host = staged;
   DataParallel dp(example, end - begin, classifier(model), options);
   TrainRun run;
   for (int step = 0; step < 5; ++step) {
@@ -70,7 +71,7 @@ TrainRun train(const std::string& model, const Shape& example, int num_towers, i
       }
     EXPECT_TRUE(dp.replicas_identical()) << "step " << step;
   }
-  for (const auto& v : dp.trainable()) run.weights[v.name] = dp.replica(0).get(v.name).to_vector<float>();
+  for (const std::string& name : dp.replica(0).names()) run.weights[name] = dp.replica(0).get(name).to_vector<float>();
   return run;
 }
 
@@ -116,6 +117,31 @@ TEST_P(TowersEquivalenceTest, SameSeedSameLayoutIsBitwiseDeterministic) {
   TrainRun b = train(model, example, 3, 12, strategy, 4096);
   EXPECT_EQ(a.losses, b.losses);
   EXPECT_EQ(a.weights, b.weights);
+}
+
+// The path GPU towers take (own copy of the variables, gradients handed over through host
+// buffers, moving averages brought back from tower 0), checked on CPU towers: same kernels in the
+// same order, so the same bits, including resnet20's batch-norm moving averages.
+TEST(DataParallelTest, StagedTowersMatchTowersSharingHostMemoryBitwise) {
+  for (const auto& [model, example] : {std::pair<std::string, Shape>{"mlp", Shape{1, 8, 8}}, {"resnet20", Shape{3, 8, 8}}})
+    for (Strategy strategy : {Strategy::allreduce, Strategy::central}) {
+      SCOPED_TRACE(model + " " + std::string(strategy_name(strategy)));
+      TrainRun direct = train(model, example, 2, 8, strategy, 4096);
+      TrainRun staged = train(model, example, 2, 8, strategy, 4096, nullptr, 3, true);
+      EXPECT_EQ(direct.losses, staged.losses);
+      EXPECT_EQ(direct.weights, staged.weights);
+    }
+}
+
+TEST(DataParallelTest, CpuAndGpuTowersDoNotMix) {
+  DataParallelOptions options;
+  options.devices = {Device{DeviceKind::cpu, 0}, Device{DeviceKind::cuda, 0}};
+  try {
+    DataParallel dp(Shape{1, 8, 8}, 4, classifier("mlp"), options);
+    FAIL() << "mixed towers were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot mix CPU and GPU towers"), std::string::npos) << e.what();
+  }
 }
 
 // R ranks (threads of this process standing in for MPI processes), each with its own towers.

@@ -10,26 +10,28 @@
 namespace tower {
 
 namespace {
-DeviceMemoryOps g_cuda_memory{};
+DeviceOps g_cuda_ops{};
 }
 
-void register_device_memory(DeviceKind kind, DeviceMemoryOps ops) {
+void register_device_ops(DeviceKind kind, DeviceOps ops) {
   TOWER_CHECK(kind == DeviceKind::cuda);
-  g_cuda_memory = ops;
+  g_cuda_ops = ops;
 }
 
-const DeviceMemoryOps& device_memory(DeviceKind kind) {
-  if (kind != DeviceKind::cuda || g_cuda_memory.allocate == nullptr)
+const DeviceOps& device_ops(DeviceKind kind) {
+  if (kind != DeviceKind::cuda || g_cuda_ops.allocate == nullptr)
     fail("this build of tower has no CUDA backend (configure with -DTOWER_CUDA=ON on a machine "
          "with the CUDA toolkit)");
-  return g_cuda_memory;
+  return g_cuda_ops;
 }
+
+bool has_device_ops(DeviceKind kind) { return kind == DeviceKind::cpu || g_cuda_ops.allocate != nullptr; }
 
 void* Allocator::allocate(size_t bytes) {
   size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
   void* ptr = device_.kind == DeviceKind::cpu
                   ? std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded)
-                  : device_memory(device_.kind).allocate(device_.index, rounded);
+                  : device_ops(device_.kind).allocate(device_.index, rounded);
   if (ptr == nullptr)
     fail("out of memory on {}: could not allocate {} bytes", device_.to_string(), bytes);
   num_allocations_.fetch_add(1, std::memory_order_relaxed);
@@ -45,7 +47,7 @@ void Allocator::deallocate(void* ptr, size_t bytes) {
   if (device_.kind == DeviceKind::cpu)
     std::free(ptr);
   else
-    device_memory(device_.kind).deallocate(device_.index, ptr, (bytes + kAlignment - 1) / kAlignment * kAlignment);
+    device_ops(device_.kind).deallocate(device_.index, ptr, (bytes + kAlignment - 1) / kAlignment * kAlignment);
   bytes_in_use_.fetch_sub(static_cast<int64_t>(bytes));
 }
 

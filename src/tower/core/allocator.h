@@ -38,15 +38,20 @@ class Allocator {
 // The process-wide allocator of a device (created on first use, lives until exit).
 Allocator& allocator_for(Device device);
 
-// How the memory of a non-host device kind is reached. A backend (CUDA) registers its functions
-// when its library is loaded; in a build without it, tensors on such devices are a clear error.
-struct DeviceMemoryOps {
+// How a non-host device kind is reached: its memory and its streams. A backend (CUDA) registers
+// its functions when its library is loaded; in a build without it, using such a device is a clear
+// error.
+struct DeviceOps {
   void* (*allocate)(int index, size_t bytes);             // throws tower::Error when out of memory
   void (*deallocate)(int index, void* ptr, size_t bytes);
   void (*copy)(void* dst, const void* src, size_t bytes);  // any direction, host or device
   void (*zero)(void* ptr, size_t bytes);
+  void* (*create_stream)(int index);  // an in-order queue of work on the device
+  void (*destroy_stream)(void* stream);
+  void (*synchronize)(void* stream);  // waits until the stream's work is done
 };
-void register_device_memory(DeviceKind kind, DeviceMemoryOps ops);
-const DeviceMemoryOps& device_memory(DeviceKind kind);  // throws if none is registered
+void register_device_ops(DeviceKind kind, DeviceOps ops);
+const DeviceOps& device_ops(DeviceKind kind);  // throws if none is registered
+bool has_device_ops(DeviceKind kind);           // this build has the backend
 
 }  // namespace tower

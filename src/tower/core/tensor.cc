@@ -9,7 +9,7 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
   if (dst_device.kind == DeviceKind::cpu && src_device.kind == DeviceKind::cpu)
     std::memmove(dst, src, bytes);
   else
-    device_memory(DeviceKind::cuda).copy(dst, src, bytes);
+    device_ops(DeviceKind::cuda).copy(dst, src, bytes);
 }
 
 void zero_bytes(void* ptr, Device device, size_t bytes) {
@@ -17,7 +17,7 @@ void zero_bytes(void* ptr, Device device, size_t bytes) {
   if (device.kind == DeviceKind::cpu)
     std::memset(ptr, 0, bytes);
   else
-    device_memory(device.kind).zero(ptr, bytes);
+    device_ops(device.kind).zero(ptr, bytes);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <exception>
 
+#include "tower/core/allocator.h"
 #include "tower/graph/gradients.h"
 
 namespace tower {
@@ -21,6 +22,12 @@ DataParallel::DataParallel(const Shape& example_shape, int64_t global_batch,
     fail("the global batch ({}) is smaller than the number of towers ({}): every tower needs at "
          "least one example",
          global_batch, n);
+  for (const Device& d : options.devices)
+    if (d.kind != options.devices[0].kind)
+      fail("cannot mix CPU and GPU towers in one run ({} and {}): give only cpu:N or only cuda:N "
+           "devices (--allow_soft_placement puts missing GPUs on CPUs)",
+           options.devices[0].to_string(), d.to_string());
+  staged_ = options.stage_through_host || options.devices[0].kind != DeviceKind::cpu;
   std::vector<int> threads = options.threads;
   if (threads.empty()) threads = split_cores(cpu_info().num_cores, n);
   TOWER_CHECK(static_cast<int>(threads.size()) == n);
@@ -54,12 +61,14 @@ DataParallel::DataParallel(const Shape& example_shape, int64_t global_batch,
   }
 
   // Variables: one master copy (central) or one replica per tower (allreduce), all initialized
-  // identically.
+  // identically; on the host when the towers have memory of their own.
   const int num_replicas = options.strategy == Strategy::central ? 1 : n;
   for (int r = 0; r < num_replicas; ++r) {
-    replicas_.push_back(std::make_unique<VariableStore>(towers_[static_cast<size_t>(r)].device));
+    replicas_.push_back(std::make_unique<VariableStore>(staged_ ? Device{} : towers_[static_cast<size_t>(r)].device));
     replicas_.back()->initialize(graph_, options.seed);
   }
+  for (const VariableInfo& v : graph_.variables())
+    if (v.trainable == Trainable::no) non_trainable_.push_back(v.name);
 
   // Every rank must build the same variables before rank 0's initial values are copied to all.
   std::vector<std::pair<std::string, std::string>> shapes;
@@ -80,14 +89,22 @@ DataParallel::DataParallel(const Shape& example_shape, int64_t global_batch,
     std::vector<Value> fetches = {t.outputs.loss};
     fetches.insert(fetches.end(), t.outputs.metrics.begin(), t.outputs.metrics.end());
     fetches.insert(fetches.end(), t.grads.begin(), t.grads.end());
-    VariableStore& vars = *replicas_[static_cast<size_t>(num_replicas == 1 ? 0 : i)];
-    t.program = std::make_unique<Program>(graph_, fetches, vars, ProgramOptions{t.device, t.threads},
+    t.replica = num_replicas == 1 ? 0 : i;
+    VariableStore* vars = replicas_[static_cast<size_t>(t.replica)].get();
+    if (staged_) {
+      t.device_vars = std::make_unique<VariableStore>(t.device);
+      t.device_vars->copy_from(*vars);
+      vars = t.device_vars.get();
+    }
+    t.program = std::make_unique<Program>(graph_, fetches, *vars, ProgramOptions{t.device, t.threads},
                                           i == 0 ? t.outputs.updates : std::vector<Value>{});
     t.worker = std::make_unique<ThreadPool>(1);
+    if (staged_)
+      for (int f = 0; f < t.program->num_fetches(); ++f)
+        t.staged.emplace_back(t.program->output(f).shape(), t.program->output(f).dtype());
     std::vector<Tensor> views;
     const int first_grad = 1 + static_cast<int>(t.outputs.metrics.size());
-    for (size_t v = 0; v < t.grads.size(); ++v)
-      views.push_back(t.program->output(first_grad + static_cast<int>(v)).view());
+    for (size_t v = 0; v < t.grads.size(); ++v) views.push_back(fetched(t, first_grad + static_cast<int>(v)).view());
     grad_buffers.push_back(std::move(views));
     weights.push_back(static_cast<float>(t.batch) /
                       static_cast<float>(global_batch * comm_->size()));
@@ -114,11 +131,8 @@ StepResult DataParallel::step(const Tensor& images, const Tensor& labels, uint64
     t.program->input(t.images).copy_from(images.slice(t.offset, t.offset + t.batch));
     t.program->input(t.labels).copy_from(labels.slice(t.offset, t.offset + t.batch));
     running.push_back(t.worker->submit([this, &t, i, step] {
-      const int first_grad = 1 + static_cast<int>(t.outputs.metrics.size());
       try {
-        t.program->run(step, [&](int fetch) {
-          if (fetch >= first_grad) reducer_->ready(static_cast<int>(i), fetch - first_grad);
-        });
+        run_tower(t, static_cast<int>(i), step);
       } catch (...) {
         reducer_->abort();  // the others must not wait for this tower's gradients
         throw;
@@ -135,16 +149,34 @@ StepResult DataParallel::step(const Tensor& images, const Tensor& labels, uint64
   }
   reducer_->finish();
   if (error) std::rethrow_exception(error);
+  // The graph's own updates (moving averages) ran on tower 0: bring them to the host (after all
+  // towers are done, since they read the host replicas when they start).
+  if (staged_)
+    for (const std::string& name : non_trainable_) replicas_[0]->get(name).copy_from(towers_[0].device_vars->get(name));
 
   // [loss, metrics...] weighted by each tower's share of the batch of all ranks.
   std::vector<float> sums(1 + towers_[0].outputs.metrics.size(), 0.0f);
   for (const Tower& t : towers_) {
     float w = static_cast<float>(t.batch) / static_cast<float>(global_batch_ * comm_->size());
-    for (size_t m = 0; m < sums.size(); ++m)
-      sums[m] += w * t.program->output(static_cast<int>(m)).data<float>()[0];
+    for (size_t m = 0; m < sums.size(); ++m) sums[m] += w * fetched(t, static_cast<int>(m)).data<float>()[0];
   }
   comm_->allreduce_sum(sums.data(), static_cast<int64_t>(sums.size()));
   return StepResult{sums[0], std::vector<float>(sums.begin() + 1, sums.end())};
+}
+
+// On the tower's worker thread: (staged) refresh its variables from the host replica, run forward
+// and backward, and hand each gradient to the reducer as it is ready.
+void DataParallel::run_tower(Tower& t, int index, uint64_t step) {
+  if (staged_) t.device_vars->copy_from(*replicas_[static_cast<size_t>(t.replica)]);
+  const int first_grad = 1 + static_cast<int>(t.outputs.metrics.size());
+  t.program->run(step, [&](int fetch) {
+    if (staged_) t.staged[static_cast<size_t>(fetch)].copy_from(t.program->output(fetch));
+    if (fetch >= first_grad) reducer_->ready(index, fetch - first_grad);
+  });
+}
+
+const Tensor& DataParallel::fetched(const Tower& t, int fetch) const {
+  return staged_ ? t.staged[static_cast<size_t>(fetch)] : t.program->output(fetch);
 }
 
 bool DataParallel::replicas_identical() const {
@@ -158,25 +190,25 @@ bool DataParallel::replicas_identical() const {
 }
 
 std::vector<Device> resolve_devices(const std::vector<Device>& requested, bool allow_soft_placement) {
-  // CUDA kernels are not part of this build yet, so a GPU tower always needs soft placement.
-  const int gpus = static_cast<int>(cuda_devices().size());
+  const int gpus = has_device_ops(DeviceKind::cuda) ? static_cast<int>(cuda_devices().size()) : 0;
+  std::vector<std::string> missing;
+  for (const Device& d : requested)
+    if (d.kind == DeviceKind::cuda && d.index >= gpus) missing.push_back(d.to_string());
+  if (missing.empty()) return requested;
+  if (!allow_soft_placement)
+    fail("device {} was requested, but {}; pass --allow_soft_placement to run the towers on the "
+         "CPU instead",
+         missing[0],
+         has_device_ops(DeviceKind::cuda) ? fmt::format("this machine has {} CUDA device(s)", gpus)
+                                          : std::string("this build of tower has no CUDA backend"));
+  // CPU and GPU towers do not mix: once one GPU is missing, every tower goes to a CPU device.
   std::vector<Device> result;
   for (size_t i = 0; i < requested.size(); ++i) {
-    const Device& d = requested[i];
-    if (d.kind == DeviceKind::cpu) {
-      result.push_back(d);
-      continue;
-    }
-    if (!allow_soft_placement)
-      fail("device {} was requested, but {}; pass --allow_soft_placement to run its tower on the "
-           "CPU instead",
-           d.to_string(),
-           d.index >= gpus ? fmt::format("this machine has {} CUDA device(s)", gpus)
-                           : std::string("this build of tower has no CUDA kernels"));
-    Device cpu{DeviceKind::cpu, static_cast<int>(i)};
-    std::fprintf(stderr, "%swarning: %s is not available, placing its tower on %s\n",
-                 log_prefix().c_str(), d.to_string().c_str(), cpu.to_string().c_str());
-    result.push_back(cpu);
+    const Device cpu{DeviceKind::cpu, static_cast<int>(i)};
+    if (requested[i].kind == DeviceKind::cuda)
+      std::fprintf(stderr, "%swarning: %s is not available, placing its tower on %s\n", log_prefix().c_str(),
+                   requested[i].to_string().c_str(), cpu.to_string().c_str());
+    result.push_back(requested[i].kind == DeviceKind::cuda ? cpu : requested[i]);
   }
   return result;
 }

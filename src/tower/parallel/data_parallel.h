@@ -34,6 +34,10 @@ struct DataParallelOptions {
   // Other processes training the same model (each with its own towers and an equal share of the
   // batch); null: this process alone. Initial variables then come from rank 0.
   Communicator* comm = nullptr;
+  // Towers with memory of their own: each keeps a device copy of the variables, refreshed from
+  // the host replicas before every step, and hands its gradients over through host buffers.
+  // Always so for GPU towers; for CPU towers tests turn it on to check that path.
+  bool stage_through_host = false;
 };
 
 struct StepResult {
@@ -79,7 +83,12 @@ class DataParallel {
     std::vector<Value> grads;
     std::unique_ptr<Program> program;
     std::unique_ptr<ThreadPool> worker;
+    int replica = 0;                              // the host replica it reads
+    std::unique_ptr<VariableStore> device_vars;  // staged: its own copy of the variables
+    std::vector<Tensor> staged;                  // staged: host copies of the fetches
   };
+  void run_tower(Tower& t, int index, uint64_t step);
+  const Tensor& fetched(const Tower& t, int fetch) const;
   Graph graph_;
   std::vector<VariableInfo> trainable_;
   std::vector<std::unique_ptr<VariableStore>> replicas_;
@@ -88,6 +97,8 @@ class DataParallel {
   std::unique_ptr<Communicator> own_comm_;  // when the options gave none
   Communicator* comm_;
   int64_t global_batch_;
+  bool staged_ = false;
+  std::vector<std::string> non_trainable_;  // variables the graph updates (moving averages)
 };
 
 // Resolves requested devices for this machine: "cuda:N" that does not exist is an error, or with

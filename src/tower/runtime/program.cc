@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 
+#include "tower/core/allocator.h"
 #include "tower/kernels/kernel.h"
 
 namespace tower {
@@ -53,6 +54,7 @@ struct Program::Impl {
   };
 
   ProgramOptions options;
+  void* stream = nullptr;  // a GPU's in-order queue for this program's kernels
   std::vector<Step> steps;
   std::map<std::pair<int, int>, Tensor> values;  // (node id, output) -> buffer view
   std::map<int, Tensor> owned;                   // placeholder/constant node id -> storage
@@ -61,6 +63,14 @@ struct Program::Impl {
   Tensor arena;
   ProgramStats stats;
   std::string placement;
+
+  ~Impl() {
+    if (stream != nullptr) device_ops(options.device.kind).destroy_stream(stream);
+  }
+  // Waits for the device's work (a no-op on CPU, where kernels return when done).
+  void synchronize() const {
+    if (stream != nullptr) device_ops(options.device.kind).synchronize(stream);
+  }
 
   const Tensor& value(const Value& v) const {
     auto it = values.find({v.node->id, v.index});
@@ -91,7 +101,8 @@ Program::Program(const Graph& graph, std::vector<Value> fetches, VariableStore& 
 
   // 2. Sources get their own storage; every other node gets a kernel.
   std::map<int, int> position;  // node id -> schedule position
-  KernelContext context{options.device, options.num_threads};
+  if (options.device.kind != DeviceKind::cpu) m.stream = device_ops(options.device.kind).create_stream(options.device.index);
+  KernelContext context{options.device, options.num_threads, m.stream};
   for (const auto& node_ptr : graph.nodes()) {
     const Node& node = *node_ptr;
     if (!needed[static_cast<size_t>(node.id)]) continue;
@@ -105,8 +116,10 @@ Program::Program(const Graph& graph, std::vector<Value> fetches, VariableStore& 
       m.values.emplace(std::make_pair(node.id, 0), t.view());
     } else if (node.op == "Constant") {
       const auto& a = node.attr<ConstantAttrs>();
+      Tensor host(a.spec.shape, a.spec.dtype);
+      std::fill_n(host.data<float>(), host.numel(), a.value);
       auto& t = m.owned.emplace(node.id, Tensor(a.spec.shape, a.spec.dtype, options.device)).first->second;
-      std::fill_n(t.data<float>(), t.numel(), a.value);
+      t.copy_from(host);
       m.values.emplace(std::make_pair(node.id, 0), t.view());
     } else {
       const KernelFactory* factory = find_kernel(node.op, options.device.kind);
@@ -208,9 +221,12 @@ void Program::run(uint64_t step, const std::function<void(int)>& on_fetch_ready)
   for (Impl::Step& s : m.steps) {
     s.io.step = step;
     s.kernel->run(s.io);
-    if (on_fetch_ready)
+    if (on_fetch_ready && !s.ready_fetches.empty()) {
+      m.synchronize();
       for (int f : s.ready_fetches) on_fetch_ready(f);
+    }
   }
+  m.synchronize();
 }
 
 const ProgramStats& Program::stats() const { return impl_->stats; }

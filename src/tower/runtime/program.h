@@ -42,7 +42,8 @@ class Program {
   int num_fetches() const;
 
   // Runs the schedule on the calling thread. `on_fetch_ready(i)` is called as soon as fetches[i]
-  // is computed (gradient reducers start reducing while the backward pass goes on).
+  // is computed (gradient reducers start reducing while the backward pass goes on). On a GPU the
+  // kernels run on the program's own stream, and run() returns when they are done.
   void run(uint64_t step = 0, const std::function<void(int fetch)>& on_fetch_ready = {});
 
   const ProgramStats& stats() const;

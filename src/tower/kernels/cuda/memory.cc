@@ -1,6 +1,6 @@
-// CUDA device memory for tower::Tensor: a caching allocator per GPU (a training loop frees and
-// allocates the same sizes, so after the first step nothing reaches cudaMalloc), registered with
-// the core allocator when this library is loaded, plus the status checks of launch.h.
+// CUDA devices for the core: memory through a caching allocator per GPU (a training loop frees
+// and allocates the same sizes, so after the first step nothing reaches cudaMalloc) and streams,
+// registered when this library is loaded; plus the status checks of launch.h.
 #include <map>
 #include <mutex>
 #include <vector>
@@ -84,14 +84,30 @@ CachingAllocator& caching_allocator() {
 }
 
 const bool registered = [] {
-  register_device_memory(
+  register_device_ops(
       DeviceKind::cuda,
       {.allocate = [](int index, size_t bytes) { return caching_allocator().allocate(index, bytes); },
        .deallocate = [](int index, void* ptr, size_t bytes) { caching_allocator().deallocate(index, ptr, bytes); },
+       // Copies and fills complete before returning: the towers' streams do not wait for the
+       // default stream, so nothing may still be in flight when a kernel reads the buffer.
        .copy = [](void* dst, const void* src, size_t bytes) {
-         TOWER_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+         TOWER_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, nullptr));
+         TOWER_CUDA_CHECK(cudaStreamSynchronize(nullptr));
        },
-       .zero = [](void* ptr, size_t bytes) { TOWER_CUDA_CHECK(cudaMemset(ptr, 0, bytes)); }});
+       .zero = [](void* ptr, size_t bytes) {
+         TOWER_CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes, nullptr));
+         TOWER_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+       },
+       .create_stream = [](int index) -> void* {
+         TOWER_CUDA_CHECK(cudaSetDevice(index));
+         cudaStream_t stream = nullptr;
+         TOWER_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+         return stream;
+       },
+       .destroy_stream = [](void* stream) { cudaStreamDestroy(static_cast<cudaStream_t>(stream)); },
+       .synchronize = [](void* stream) {
+         TOWER_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
+       }});
   return true;
 }();
 

@@ -20,7 +20,7 @@ namespace tower::cli {
 namespace {
 
 struct Flags {
-  std::string model = "cifar10", mode = "train", strategy = "allreduce";
+  std::string model = "cifar10", mode = "train", strategy = "allreduce", devices;
   int64_t batch_size = 128;
   int threads = 0, num_devices = 1, steps = 10, windows = 5;
   double bucket_mb = 25;
@@ -105,7 +105,8 @@ void run_bench(const Flags& flags) {
     DataParallelOptions options;
     options.devices.clear();
     for (int i = 0; i < flags.num_devices; ++i) options.devices.push_back({DeviceKind::cpu, i});
-    options.threads = split_cores(cores, flags.num_devices);
+    if (!flags.devices.empty()) options.devices = resolve_devices(parse_device_list(flags.devices), false);
+    options.threads = split_cores(cores, static_cast<int>(options.devices.size()));
     options.strategy = parse_strategy(flags.strategy);
     options.seed = 1;
     options.comm = &comm;
@@ -159,7 +160,10 @@ void run_bench(const Flags& flags) {
     ModelOutputs out = model.build(scope, x, 10, Mode::eval);
     VariableStore vars;
     vars.initialize(graph, 1);
-    Program program(graph, {out.logits}, vars, {Device{}, cores});
+    const Device device = flags.devices.empty() ? Device{} : resolve_devices(parse_device_list(flags.devices), false)[0];
+    VariableStore device_vars(device);
+    device_vars.copy_from(vars);
+    Program program(graph, {out.logits}, device_vars, {device, cores});
     program.input(x).copy_from(images);
     seconds = median_seconds_per_step(flags, [&] { program.run(); });
     flops = graph_flops(graph);
@@ -171,6 +175,7 @@ void run_bench(const Flags& flags) {
                          {"batch_size", flags.batch_size},
                          {"threads", cores},
                          {"num_devices", flags.num_devices},
+                         {"devices", flags.devices.empty() ? "cpu" : flags.devices},
                          {"images_per_sec", static_cast<double>(flags.batch_size) / seconds},
                          {"ms_per_step", seconds * 1e3},
                          {"gflops", flops / seconds / 1e9},
@@ -191,6 +196,7 @@ CommandRegistrar registrar{{"bench", "Measure training or inference throughput o
   app.add_option("--batch_size", flags.batch_size, "Global batch (all towers and ranks)")->capture_default_str()->check(positive);
   app.add_option("--threads", flags.threads, "Threads in all (default: all cores)");
   app.add_option("--num_devices", flags.num_devices, "Towers (train mode)")->capture_default_str()->check(positive);
+  app.add_option("--devices", flags.devices, "Devices instead of CPU towers, e.g. cuda:0 or cuda:0,cuda:1");
   app.add_option("--strategy", flags.strategy, "allreduce | central")->capture_default_str();
   app.add_option("--steps", flags.steps, "Steps per timed window")->capture_default_str()->check(positive);
   app.add_option("--windows", flags.windows, "Timed windows (the median is reported)")->capture_default_str()->check(positive);

@@ -136,6 +136,31 @@ TEST_F(CliTest, NanLossStopsWithTheStep) {
   EXPECT_TRUE(contains(r.output, "at step")) << r.output;
 }
 
+// On the GPU machine: the cifar10 model trained on cuda:0 follows the CPU run closely (same
+// data, same flags; cuDNN and oneDNN sum in other orders).
+TEST_F(CliTest, TrainingOnAGpuFollowsTheCpuRun) {
+  if (!contains(run_tower("devices").output, "cuda:0"))
+    GTEST_SKIP() << "no CUDA device here (or no CUDA backend in this build): the GPU run is compiled, not run";
+  TmpDir dirs;
+  auto cpu = run_tower(train_flags(dirs / "cpu", 50) + " --devices cpu:0");
+  ASSERT_EQ(cpu.exit_code, 0) << cpu.output;
+  auto gpu = run_tower(train_flags(dirs / "gpu", 50) + " --devices cuda:0");
+  ASSERT_EQ(gpu.exit_code, 0) << gpu.output;
+  auto losses = [](const std::string& dir) {
+    std::vector<double> out;
+    std::ifstream in(dir + "/metrics.jsonl");
+    for (std::string line; std::getline(in, line);) {
+      auto at = line.find("\"loss\":");
+      if (at != std::string::npos) out.push_back(std::stod(line.substr(at + 7)));
+    }
+    return out;
+  };
+  std::vector<double> a = losses(dirs / "cpu"), b = losses(dirs / "gpu");
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_FALSE(a.empty());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-3 * (1 + a[i])) << "log line " << i;
+}
+
 TEST(CliErrorsTest, BadFlagsAndMissingDataAreOneClearLine) {
   auto bad_number = run_tower("train --batch_size abc");
   EXPECT_EQ(bad_number.exit_code, 2);

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "testing/gradient_check.h"
+#include "tower/core/allocator.h"
 #include "tower/core/philox.h"
 #include "tower/models/model.h"
 #include "tower/ops/nn_loss.h"
@@ -45,12 +46,12 @@ struct TrainRun {
 // rank takes its share of each global batch, as the input pipeline gives it.
 TrainRun train(const std::string& model, const Shape& example, int num_towers, int64_t global_batch,
           Strategy strategy, size_t bucket_bytes = 25u << 20, Communicator* comm = nullptr,
-          uint64_t seed = 3, bool staged = false) {
+          uint64_t seed = 3, bool staged = false, DeviceKind kind = DeviceKind::cpu) {
   const int ranks = comm ? comm->size() : 1, rank = comm ? comm->rank() : 0;
   const int64_t begin = global_batch * rank / ranks, end = global_batch * (rank + 1) / ranks;
   DataParallelOptions options;
   options.devices.clear();
-  for (int i = 0; i < num_towers; ++i) options.devices.push_back({DeviceKind::cpu, i});
+  for (int i = 0; i < num_towers; ++i) options.devices.push_back({kind, kind == DeviceKind::cpu ? i : 0});
   options.threads.assign(static_cast<size_t>(num_towers), 1);
   options.strategy = strategy;
   options.bucket_bytes = bucket_bytes;
@@ -131,6 +132,20 @@ TEST(DataParallelTest, StagedTowersMatchTowersSharingHostMemoryBitwise) {
       EXPECT_EQ(direct.losses, staged.losses);
       EXPECT_EQ(direct.weights, staged.weights);
     }
+}
+
+// On the GPU machine: one GPU tower trains like one CPU tower (cuDNN/cuBLAS vs oneDNN: the same
+// math in another order, so within the towers tolerance, looser for the deeper model).
+TEST(DataParallelTest, OneGpuTowerMatchesOneCpuTower) {
+  if (!has_device_ops(DeviceKind::cuda) || cuda_devices().empty())
+    GTEST_SKIP() << "no CUDA device here (or no CUDA backend in this build): the GPU path is compiled, not run";
+  for (const auto& [model, example, tolerance] :
+       {std::tuple<std::string, Shape, double>{"mlp", Shape{1, 8, 8}, 2e-5}, {"cifar10", Shape{3, 24, 24}, 1e-4}}) {
+    SCOPED_TRACE(model);
+    TrainRun cpu = train(model, example, 1, 8, Strategy::allreduce);
+    TrainRun gpu = train(model, example, 1, 8, Strategy::allreduce, 25u << 20, nullptr, 3, false, DeviceKind::cuda);
+    expect_close(cpu, gpu, tolerance);
+  }
 }
 
 TEST(DataParallelTest, CpuAndGpuTowersDoNotMix) {

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# GPU machine (issue: CUDA backend): cifar10 and resnet20 training images/s on cuda:0 at batch 128
+# and 512, with the achieved FP32 GFLOP/s as a share of the GPU's peak (H200: 67 TFLOP/s FP32
+# without tensor cores; set GPU_PEAK_TFLOPS for another GPU). A few minutes in all. Prints that
+# it skipped where there is no GPU.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+TOWER=${TOWER:-build/bin/tower}
+peak=${GPU_PEAK_TFLOPS:-67}
+if ! $TOWER devices | grep -q "cuda:0"; then
+  echo "no CUDA device on this machine (or no CUDA backend in this build): skipped"
+  exit 0
+fi
+$TOWER devices
+printf "%-10s %6s %12s %10s %10s %12s\n" model batch images/s ms/step GFLOP/s "% of peak"
+for model in cifar10 resnet20; do
+  for batch in 128 512; do
+    j=$($TOWER bench --model $model --batch_size $batch --devices cuda:0 --steps 10 --windows 3 | tail -1)
+    echo "# $j" >&2
+    python3 - "$j" "$peak" <<'PY'
+import json, sys
+j, peak = json.loads(sys.argv[1]), float(sys.argv[2])
+print("%-10s %6d %12.1f %10.2f %10.1f %11.1f%%" % (j["model"], j["batch_size"], j["images_per_sec"],
+      j["ms_per_step"], j["gflops"], 100 * j["gflops"] / (peak * 1e3)))
+PY
+  done
+done

@@ -100,7 +100,7 @@ void run_bench(const Flags& flags) {
   for (int64_t i = 0; i < local_batch; ++i) labels.data<int32_t>()[i] = static_cast<int32_t>(i % 10);
 
   double seconds = 0, flops = 0;
-  nlohmann::json extra;
+  nlohmann::json extra = nlohmann::json::object();  // update() refuses a null
   if (flags.mode == "train") {
     DataParallelOptions options;
     options.devices.clear();

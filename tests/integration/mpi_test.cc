@@ -86,6 +86,16 @@ class MpiTest : public ::testing::Test {
   static std::string ranks_command(int ranks, const std::string& flags) {
     return mpirun(ranks) + testing::tower_binary() + " " + flags;
   }
+  // Starts 2 ranks training into `dir` in the background and waits until they have written
+  // `checkpoints` checkpoints. Returns mpirun's pid and the ranks' pids (empty if they did not
+  // show up).
+  static std::pair<pid_t, std::vector<pid_t>> start_job(const std::string& dir, const std::string& flags,
+                                                        size_t checkpoints) {
+    pid_t job = testing::spawn_command(ranks_command(2, flags), dir + ".log");
+    for (int i = 0; i < 1500 && checkpoint_list(dir).size() < checkpoints; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return {job, children(job)};
+  }
   static TmpDir* data_;
 };
 TmpDir* MpiTest::data_ = nullptr;
@@ -131,10 +141,7 @@ TEST_F(MpiTest, KillingOneRankEndsTheJobAndResumingIsBitwiseIdentical) {
   ASSERT_EQ(again.exit_code, 0) << again.output;
   EXPECT_EQ(weights(dirs / "full", steps), weights(dirs / "again", steps)) << "not deterministic";
 
-  pid_t job = testing::spawn_command(ranks_command(2, train_flags(dirs / "killed", 1, steps)), dirs / "killed.log");
-  for (int i = 0; i < 1500 && checkpoint_list(dirs / "killed").size() < 2; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  std::vector<pid_t> ranks = children(job);
+  auto [job, ranks] = start_job(dirs / "killed", train_flags(dirs / "killed", 1, steps), 2);
   ASSERT_EQ(ranks.size(), 2u) << read_file(dirs / "killed.log");
   const auto killed_at = Clock::now();
   kill(ranks[1], SIGKILL);
@@ -153,11 +160,7 @@ TEST_F(MpiTest, KillingOneRankEndsTheJobAndResumingIsBitwiseIdentical) {
 
 TEST_F(MpiTest, AStuckRankMakesTheOthersStopWithinTheTimeout) {
   TmpDir dirs;
-  pid_t job = testing::spawn_command(
-      ranks_command(2, train_flags(dirs / "run", 1, 1000000) + " --comm_timeout 3"), dirs / "run.log");
-  for (int i = 0; i < 1500 && checkpoint_list(dirs / "run").empty(); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  std::vector<pid_t> ranks = children(job);
+  auto [job, ranks] = start_job(dirs / "run", train_flags(dirs / "run", 1, 1000000) + " --comm_timeout 3", 1);
   ASSERT_EQ(ranks.size(), 2u) << read_file(dirs / "run.log");
   const auto stopped_at = Clock::now();
   kill(ranks[1], SIGSTOP);
@@ -172,10 +175,7 @@ TEST_F(MpiTest, AStuckRankMakesTheOthersStopWithinTheTimeout) {
 
 TEST_F(MpiTest, SigtermToOneRankStopsEveryRankAfterTheSameStep) {
   TmpDir dirs;
-  pid_t job = testing::spawn_command(ranks_command(2, train_flags(dirs / "run", 1, 1000000)), dirs / "run.log");
-  for (int i = 0; i < 1500 && checkpoint_list(dirs / "run").empty(); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  std::vector<pid_t> ranks = children(job);
+  auto [job, ranks] = start_job(dirs / "run", train_flags(dirs / "run", 1, 1000000), 1);
   ASSERT_EQ(ranks.size(), 2u) << read_file(dirs / "run.log");
   kill(ranks[1], SIGTERM);
   EXPECT_EQ(testing::wait_exit_code(job), 0) << read_file(dirs / "run.log");

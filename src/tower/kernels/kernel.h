@@ -7,6 +7,13 @@
 //   2. the runtime plans memory and calls bind(io) once with the final buffers (fixed addresses
 //      for the life of the Program), so a kernel may prepare per-buffer state there.
 //   3. run(io) every step, with the same io.
+//
+// Layouts: a kernel may read and write device formats other than plain row-major (oneDNN's
+// blocked ones, which convolutions need). The runtime tells the factory the layout each input
+// will arrive in (KernelContext::input_layouts); the kernel answers with the layout it reads each
+// input in (input_layout) and writes each output in (output_layout). Where a value's producer
+// and a consumer disagree, the runtime converts it with a reorder kernel into a planned buffer,
+// so consecutive kernels that agree exchange blocked values with no conversion at all.
 #pragma once
 
 #include <functional>
@@ -20,6 +27,31 @@
 
 namespace tower {
 
+// How a value's elements lie in its buffer. Plain (dense row-major over the shape, the default) is
+// what everything outside a Program sees; a Format is a device-specific one, implemented next to
+// the kernels that use it (possibly padded: its buffer may be larger than the plain one).
+class Layout {
+ public:
+  class Format {
+   public:
+    virtual ~Format() = default;
+    virtual size_t bytes() const = 0;  // the buffer size, padding included
+    virtual bool equals(const Format& other) const = 0;
+  };
+
+  Layout() = default;
+  explicit Layout(std::shared_ptr<const Format> format) : format_(std::move(format)) {}
+  bool is_plain() const { return format_ == nullptr; }
+  const Format* format() const { return format_.get(); }
+  size_t bytes(const TensorSpec& spec) const;
+  bool operator==(const Layout& other) const;
+
+ private:
+  std::shared_ptr<const Format> format_;
+};
+
+// Views of the buffers (tensors with the node's logical shape; for a non-plain layout, the shape
+// only names the value: the elements lie as the layout says).
 struct KernelIO {
   std::vector<Tensor> inputs;   // views of the input buffers (const by convention)
   std::vector<Tensor> outputs;  // views of the output buffers
@@ -30,8 +62,14 @@ struct KernelIO {
 // What a kernel may know about where it runs.
 struct KernelContext {
   Device device;
-  int num_threads = 1;  // the device's thread team size
-  void* stream = nullptr;  // CUDA: the tower's cudaStream_t, on which kernels run (null: default)
+  int num_threads = 1;                // the device's thread team size
+  void* stream = nullptr;             // CUDA: the tower's cudaStream_t, on which kernels run
+  std::vector<Layout> input_layouts;  // how each input arrives (empty: all plain)
+
+  const Layout& input_layout(size_t i) const {
+    static const Layout plain;
+    return i < input_layouts.size() ? input_layouts[i] : plain;
+  }
 };
 
 class Kernel {
@@ -40,6 +78,9 @@ class Kernel {
   virtual size_t scratch_bytes() const { return 0; }
   virtual void bind(const KernelIO& io) {}
   virtual void run(const KernelIO& io) = 0;
+  // The layouts the kernel reads input i and writes output o in, fixed by the factory.
+  virtual Layout input_layout(int i) const { return {}; }
+  virtual Layout output_layout(int o) const { return {}; }
 };
 
 using KernelFactory =
@@ -51,6 +92,15 @@ struct KernelRegistrar {
 };
 const KernelFactory* find_kernel(const std::string& op, DeviceKind kind);
 std::vector<std::string> registered_kernels(DeviceKind kind);  // op names, sorted
+
+// Converts a value between two layouts (`from` != `to`): io.inputs[0] -> io.outputs[0]. One per
+// device kind that has non-plain layouts, registered by its kernels.
+using ReorderFactory = std::function<std::unique_ptr<Kernel>(const Value& value, const Layout& from,
+                                                             const Layout& to)>;
+struct ReorderRegistrar {
+  ReorderRegistrar(DeviceKind kind, ReorderFactory factory);
+};
+const ReorderFactory* find_reorder(DeviceKind kind);
 
 // Kernels built from a plain function of the io (for simple ops with no per-shape state).
 using SimpleKernelFn = std::function<void(const Node& node, const KernelIO& io)>;

@@ -20,7 +20,32 @@ class SimpleKernel : public Kernel {
   const Node& node_;
   SimpleKernelFn fn_;
 };
+
+std::map<DeviceKind, ReorderFactory>& reorders() {
+  static std::map<DeviceKind, ReorderFactory> factories;
+  return factories;
+}
 }  // namespace
+
+size_t Layout::bytes(const TensorSpec& spec) const {
+  return format_ ? format_->bytes()
+                 : static_cast<size_t>(spec.shape.numel()) * dtype_size(spec.dtype);
+}
+
+bool Layout::operator==(const Layout& other) const {
+  if (!format_ || !other.format_) return !format_ && !other.format_;
+  return format_ == other.format_ || format_->equals(*other.format_);
+}
+
+ReorderRegistrar::ReorderRegistrar(DeviceKind kind, ReorderFactory factory) {
+  TOWER_CHECK_MSG(!reorders().count(kind), "reorder kernel registered twice");
+  reorders()[kind] = std::move(factory);
+}
+
+const ReorderFactory* find_reorder(DeviceKind kind) {
+  auto it = reorders().find(kind);
+  return it == reorders().end() ? nullptr : &it->second;
+}
 
 KernelRegistrar::KernelRegistrar(const std::string& op, DeviceKind kind, KernelFactory factory) {
   TOWER_CHECK_MSG(!registry().count({op, kind}), "kernel for {} registered twice", op);

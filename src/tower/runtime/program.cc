@@ -1,7 +1,9 @@
 #include "tower/runtime/program.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
+#include <set>
 
 #include "tower/core/allocator.h"
 #include "tower/kernels/kernel.h"
@@ -30,7 +32,8 @@ size_t plan_blocks(std::vector<Block*>& blocks) {
   for (Block* b : blocks) {
     std::vector<std::pair<size_t, size_t>> busy;  // [offset, end) of overlapping-in-time blocks
     for (Block* p : placed)
-      if (p->first <= b->last && b->first <= p->last) busy.push_back({p->offset, p->offset + p->bytes});
+      if (p->first <= b->last && b->first <= p->last)
+        busy.push_back({p->offset, p->offset + p->bytes});
     std::sort(busy.begin(), busy.end());
     size_t offset = 0;
     for (auto& [start, end] : busy) {
@@ -46,9 +49,18 @@ size_t plan_blocks(std::vector<Block*>& blocks) {
 }  // namespace
 
 struct Program::Impl {
+  // One buffer of a value: as its producer wrote it, or a copy converted into another layout.
+  struct Buffer {
+    Value value;
+    Layout layout;
+    bool external = false;  // a variable's, placeholder's or constant's own storage
+    Block block;            // in the arena, when not external
+    Tensor view;
+  };
   struct Step {
-    const Node* node = nullptr;
+    const Node* node = nullptr;  // for a reorder, the node of the converted value
     std::unique_ptr<Kernel> kernel;
+    std::vector<int> inputs, outputs;  // buffer indices
     KernelIO io;
     std::vector<int> ready_fetches;  // fetch indices completed by this step
   };
@@ -56,10 +68,13 @@ struct Program::Impl {
   ProgramOptions options;
   void* stream = nullptr;  // a GPU's in-order queue for this program's kernels
   std::vector<Step> steps;
-  std::map<std::pair<int, int>, Tensor> values;  // (node id, output) -> buffer view
-  std::map<int, Tensor> owned;                   // placeholder/constant node id -> storage
+  std::vector<Buffer> buffers;
+  // (node id, output) -> its buffers; the first is the one consumers are offered.
+  std::map<std::pair<int, int>, std::vector<int>> versions;
+  std::map<int, Tensor> owned;  // placeholder/constant node id -> storage
   std::vector<Value> fetches;
-  std::vector<int> source_fetches;               // fetches that are variables/placeholders
+  std::vector<int> fetch_buffers;   // plain buffer of each fetch
+  std::vector<int> source_fetches;  // fetches that are variables/placeholders
   Tensor arena;
   ProgramStats stats;
   std::string placement;
@@ -72,10 +87,34 @@ struct Program::Impl {
     if (stream != nullptr) device_ops(options.device.kind).synchronize(stream);
   }
 
-  const Tensor& value(const Value& v) const {
-    auto it = values.find({v.node->id, v.index});
-    TOWER_CHECK(it != values.end());
-    return it->second;
+  static std::pair<int, int> key(const Value& v) { return {v.node->id, v.index}; }
+
+  int add_buffer(const Value& v, Layout layout, int producer) {
+    Buffer b{v, std::move(layout)};
+    b.block.first = b.block.last = producer;
+    buffers.push_back(std::move(b));
+    versions[key(v)].push_back(static_cast<int>(buffers.size()) - 1);
+    return static_cast<int>(buffers.size()) - 1;
+  }
+
+  // The buffer of `v` in `layout`: an existing version, or a new one filled by a reorder step
+  // scheduled now (before the step that asked).
+  int buffer_in(const Value& v, const Layout& layout) {
+    const std::vector<int>& have = versions.at(key(v));
+    for (int b : have)
+      if (buffers[static_cast<size_t>(b)].layout == layout) return b;
+    const int from = have.front();
+    const ReorderFactory* factory = find_reorder(options.device.kind);
+    if (factory == nullptr)
+      fail("{}: no layout conversion on {}", v.name(), options.device.to_string());
+    Step step;
+    step.node = v.node;
+    step.kernel = (*factory)(v, buffers[static_cast<size_t>(from)].layout, layout);
+    step.inputs = {from};
+    step.outputs = {add_buffer(v, layout, static_cast<int>(steps.size()))};
+    steps.push_back(std::move(step));
+    ++stats.reorders;
+    return steps.back().outputs[0];
   }
 };
 
@@ -83,6 +122,8 @@ Program::Program(const Graph& graph, std::vector<Value> fetches, VariableStore& 
                  ProgramOptions options, std::vector<Value> extra_targets)
     : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
+  if (const char* env = std::getenv("TOWER_LAYOUTS"); env != nullptr && std::string(env) == "plain")
+    options.propagate_layouts = false;
   m.options = options;
   m.fetches = fetches;
 
@@ -98,69 +139,98 @@ Program::Program(const Graph& graph, std::vector<Value> fetches, VariableStore& 
     needed[static_cast<size_t>(n->id)] = 1;
     for (const Value& in : n->inputs) stack.push_back(in.node);
   }
+  std::set<std::pair<int, int>> fetched;
+  for (const Value& f : fetches) fetched.insert(Impl::key(f));
 
-  // 2. Sources get their own storage; every other node gets a kernel.
-  std::map<int, int> position;  // node id -> schedule position
-  if (options.device.kind != DeviceKind::cpu) m.stream = device_ops(options.device.kind).create_stream(options.device.index);
-  KernelContext context{options.device, options.num_threads, m.stream};
+  if (options.device.kind != DeviceKind::cpu)
+    m.stream = device_ops(options.device.kind).create_stream(options.device.index);
+  // 2. Sources get their own storage; every other node gets a kernel, built knowing the layouts
+  // its inputs come in, preceded by the reorders into the layouts it reads. Fetched values get a
+  // plain buffer right after their producer, so that reducers may start on them at once.
   for (const auto& node_ptr : graph.nodes()) {
     const Node& node = *node_ptr;
     if (!needed[static_cast<size_t>(node.id)]) continue;
     m.placement += fmt::format("{} ({}) -> {}\n", node.name, node.op, options.device.to_string());
+    Value out{const_cast<Node*>(&node), 0};
+    Tensor source;
     if (node.op == "Variable") {
-      Tensor& t = variables.get(node.attr<VariableAttrs>().name);
-      m.values.emplace(std::make_pair(node.id, 0), t.view());
+      source = variables.get(node.attr<VariableAttrs>().name).view();
     } else if (node.op == "Placeholder") {
       const TensorSpec& spec = node.outputs[0];
-      auto& t = m.owned.emplace(node.id, Tensor(spec.shape, spec.dtype, options.device)).first->second;
-      m.values.emplace(std::make_pair(node.id, 0), t.view());
+      source = m.owned.emplace(node.id, Tensor(spec.shape, spec.dtype, options.device))
+                   .first->second.view();
     } else if (node.op == "Constant") {
       const auto& a = node.attr<ConstantAttrs>();
       Tensor host(a.spec.shape, a.spec.dtype);
       std::fill_n(host.data<float>(), host.numel(), a.value);
-      auto& t = m.owned.emplace(node.id, Tensor(a.spec.shape, a.spec.dtype, options.device)).first->second;
+      auto& t = m.owned.emplace(node.id, Tensor(a.spec.shape, a.spec.dtype, options.device))
+                    .first->second;
       t.copy_from(host);
-      m.values.emplace(std::make_pair(node.id, 0), t.view());
+      source = t.view();
     } else {
       const KernelFactory* factory = find_kernel(node.op, options.device.kind);
       if (factory == nullptr)
         fail("{} ({}): no kernel for op {} on {}", node.name, node.op, node.op,
              options.device.to_string());
+      KernelContext context{options.device, options.num_threads, m.stream, {}};
+      for (const Value& in : node.inputs)
+        context.input_layouts.push_back(
+            m.buffers[static_cast<size_t>(m.versions.at(Impl::key(in)).front())].layout);
       Impl::Step step;
       step.node = &node;
       step.kernel = (*factory)(node, context);
-      position[node.id] = static_cast<int>(m.steps.size());
+      for (size_t i = 0; i < node.inputs.size(); ++i)
+        step.inputs.push_back(
+            m.buffer_in(node.inputs[i], step.kernel->input_layout(static_cast<int>(i))));
+      const int position = static_cast<int>(m.steps.size());
+      for (size_t o = 0; o < node.outputs.size(); ++o)
+        step.outputs.push_back(m.add_buffer(Value{const_cast<Node*>(&node), static_cast<int>(o)},
+                                            step.kernel->output_layout(static_cast<int>(o)),
+                                            position));
       m.steps.push_back(std::move(step));
+      ++m.stats.num_kernels;
+      for (size_t o = 0; o < node.outputs.size(); ++o) {
+        Value v{const_cast<Node*>(&node), static_cast<int>(o)};
+        int b = m.versions.at(Impl::key(v)).front();
+        if (m.buffers[static_cast<size_t>(b)].layout.is_plain()) continue;
+        if (!options.propagate_layouts) {
+          // Every value plain between kernels: consumers see only the plain copy.
+          m.versions.at(Impl::key(v)) = {m.buffer_in(v, Layout{})};
+        } else if (fetched.count(Impl::key(v))) {
+          m.buffer_in(v, Layout{});
+        }
+      }
+      continue;
     }
+    int b = m.add_buffer(out, Layout{}, -1);
+    m.buffers[static_cast<size_t>(b)].external = true;
+    m.buffers[static_cast<size_t>(b)].view = std::move(source);
   }
 
-  // 3. Memory plan: one block per kernel output and per scratchpad, alive from its producer to
-  // its last consumer (fetches to the end of the step).
+  // 3. Memory plan: one block per buffer and per scratchpad, alive from its producer to its last
+  // reader (fetches to the end of the step).
   const int end = static_cast<int>(m.steps.size());
-  std::map<std::pair<int, int>, Block> out_blocks;
   std::vector<Block> scratch_blocks(m.steps.size());
   for (int p = 0; p < end; ++p) {
-    const Node& node = *m.steps[static_cast<size_t>(p)].node;
-    for (size_t o = 0; o < node.outputs.size(); ++o) {
-      const TensorSpec& spec = node.outputs[o];
-      size_t bytes = static_cast<size_t>(spec.shape.numel()) * dtype_size(spec.dtype);
-      out_blocks[{node.id, static_cast<int>(o)}] = Block{align_up(std::max<size_t>(bytes, 1)), p, p};
+    const Impl::Step& step = m.steps[static_cast<size_t>(p)];
+    for (int b : step.inputs) {
+      Block& block = m.buffers[static_cast<size_t>(b)].block;
+      block.last = std::max(block.last, p);
     }
-    for (const Value& in : node.inputs) {
-      auto it = out_blocks.find({in.node->id, in.index});
-      if (it != out_blocks.end()) it->second.last = std::max(it->second.last, p);
-    }
-    scratch_blocks[static_cast<size_t>(p)] =
-        Block{align_up(m.steps[static_cast<size_t>(p)].kernel->scratch_bytes()), p, p};
+    scratch_blocks[static_cast<size_t>(p)] = Block{align_up(step.kernel->scratch_bytes()), p, p};
   }
   for (const Value& f : fetches) {
-    auto it = out_blocks.find({f.node->id, f.index});
-    if (it != out_blocks.end()) it->second.last = end;
+    int b = m.buffer_in(f, Layout{});  // exists: sources are plain, step 2 made the others
+    m.fetch_buffers.push_back(b);
+    m.buffers[static_cast<size_t>(b)].block.last = end;
   }
+  TOWER_CHECK(static_cast<int>(m.steps.size()) == end);
   std::vector<Block*> blocks;
-  for (auto& [key, b] : out_blocks) {
-    blocks.push_back(&b);
-    m.stats.unplanned_bytes += b.bytes;
+  for (Impl::Buffer& b : m.buffers) {
+    if (b.external) continue;
+    b.block.bytes = align_up(std::max<size_t>(b.layout.bytes(b.value.spec()), 1));
+    blocks.push_back(&b.block);
+    m.stats.unplanned_bytes += b.block.bytes;
   }
   for (auto& b : scratch_blocks)
     if (b.bytes > 0) blocks.push_back(&b);
@@ -168,30 +238,30 @@ Program::Program(const Graph& graph, std::vector<Value> fetches, VariableStore& 
   m.arena = Tensor(Shape{static_cast<int64_t>(std::max<size_t>(m.stats.arena_bytes, 1))}, DType::u8,
                    options.device);
   auto* base = static_cast<char*>(m.arena.raw_data());
-  for (auto& [key, b] : out_blocks) {
-    const TensorSpec& spec =
-        graph.nodes()[static_cast<size_t>(key.first)]->outputs[static_cast<size_t>(key.second)];
-    m.values.emplace(key, Tensor::wrap(base + b.offset, spec.shape, spec.dtype, options.device));
-  }
+  for (Impl::Buffer& b : m.buffers)
+    if (!b.external)
+      b.view =
+          Tensor::wrap(base + b.block.offset, b.value.shape(), b.value.dtype(), options.device);
 
   // 4. Bind every kernel to its buffers, once.
   for (int p = 0; p < end; ++p) {
     Impl::Step& step = m.steps[static_cast<size_t>(p)];
-    for (const Value& in : step.node->inputs) step.io.inputs.push_back(m.value(in).view());
-    for (size_t o = 0; o < step.node->outputs.size(); ++o)
-      step.io.outputs.push_back(m.value(Value{const_cast<Node*>(step.node), static_cast<int>(o)}).view());
+    for (int b : step.inputs)
+      step.io.inputs.push_back(m.buffers[static_cast<size_t>(b)].view.view());
+    for (int b : step.outputs)
+      step.io.outputs.push_back(m.buffers[static_cast<size_t>(b)].view.view());
     const Block& s = scratch_blocks[static_cast<size_t>(p)];
     step.io.scratch = s.bytes > 0 ? base + s.offset : nullptr;
     step.kernel->bind(step.io);
   }
   for (size_t i = 0; i < fetches.size(); ++i) {
-    auto it = position.find(fetches[i].node->id);
-    if (it == position.end())
+    const Impl::Buffer& b = m.buffers[static_cast<size_t>(m.fetch_buffers[i])];
+    if (b.external) {
       m.source_fetches.push_back(static_cast<int>(i));
-    else
-      m.steps[static_cast<size_t>(it->second)].ready_fetches.push_back(static_cast<int>(i));
+      continue;
+    }
+    m.steps[static_cast<size_t>(b.block.first)].ready_fetches.push_back(static_cast<int>(i));
   }
-  m.stats.num_kernels = end;
 }
 
 Program::~Program() = default;
@@ -208,7 +278,7 @@ Tensor& Program::input(Value placeholder) {
 
 const Tensor& Program::output(int fetch) const {
   TOWER_CHECK(fetch >= 0 && fetch < num_fetches());
-  return impl_->value(impl_->fetches[static_cast<size_t>(fetch)]);
+  return impl_->buffers[static_cast<size_t>(impl_->fetch_buffers[static_cast<size_t>(fetch)])].view;
 }
 
 int Program::num_fetches() const { return static_cast<int>(impl_->fetches.size()); }

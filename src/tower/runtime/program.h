@@ -1,6 +1,7 @@
 // A graph compiled for one device: the nodes needed for the fetches in a topological schedule,
 // one kernel per node instantiated once, and a memory plan that reuses buffers by liveness inside
-// one arena allocated at compile time. run() allocates nothing.
+// one arena allocated at compile time. run() allocates nothing. Values between kernels may stay in
+// device layouts (see kernels/kernel.h); inputs, fetches and variables are always plain.
 #pragma once
 
 #include <functional>
@@ -16,12 +17,18 @@ namespace tower {
 struct ProgramOptions {
   Device device;
   int num_threads = 1;  // the device's compute team
+  // Keep values in the layout their producer wrote (oneDNN's blocked formats) while consumers
+  // accept it, converting only where needed. Off: every value is plain between kernels, as in a
+  // kernel-by-kernel engine (for comparison; the environment variable TOWER_LAYOUTS=plain also
+  // turns it off).
+  bool propagate_layouts = true;
 };
 
 struct ProgramStats {
-  int num_kernels = 0;
-  size_t arena_bytes = 0;       // planned (with reuse)
-  size_t unplanned_bytes = 0;   // what one buffer per value would take
+  int num_kernels = 0;         // one per scheduled node
+  int reorders = 0;            // layout conversions run per step
+  size_t arena_bytes = 0;      // planned (with reuse)
+  size_t unplanned_bytes = 0;  // what one buffer per value would take
 };
 
 class Program {

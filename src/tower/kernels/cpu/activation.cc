@@ -1,5 +1,6 @@
-// Activations with oneDNN eltwise on the flattened tensor. The Grad ops take the forward output y
-// and use oneDNN's *_use_dst_for_bwd algorithms.
+// Activations with oneDNN eltwise, in whatever layout the input comes in (a plain tensor is seen
+// flat), written in that same layout. The Grad ops take the forward output y, use oneDNN's
+// *_use_dst_for_bwd algorithms, and work in y's layout.
 #include "tower/kernels/cpu/dnnl_util.h"
 #include "tower/kernels/kernel.h"
 
@@ -9,7 +10,9 @@ namespace {
 using dnnl::algorithm;
 using dnnl::memory;
 
-memory::desc flat_md(const Shape& shape) { return plain_md(Shape{shape.numel()}); }
+memory::desc md_in(const Shape& shape, const Layout& layout) {
+  return layout.is_plain() ? plain_md(Shape{shape.numel()}) : md_of(shape, layout);
+}
 
 // oneDNN's alpha: ELU's scale (1 in TensorFlow), but ReLU's negative slope (0).
 float alpha_of(algorithm alg) {
@@ -19,10 +22,11 @@ float alpha_of(algorithm alg) {
 
 class EltwiseForwardKernel : public Kernel {
  public:
-  EltwiseForwardKernel(const Node& node, algorithm alg) : node_(node) {
+  EltwiseForwardKernel(const Node& node, const KernelContext& context, algorithm alg)
+      : node_(node), layout_(context.input_layout(0)) {
     pd_ = build(node, [&] {
       dnnl::eltwise_forward::desc desc(dnnl::prop_kind::forward_inference, alg,
-                                       flat_md(node.inputs[0].shape()), alpha_of(alg), 0.0f);
+                                       md_in(node.inputs[0].shape(), layout_), alpha_of(alg), 0.0f);
       return dnnl::eltwise_forward::primitive_desc(desc, user_scratchpad(), engine());
     });
     prim_ = dnnl::eltwise_forward(pd_);
@@ -35,9 +39,12 @@ class EltwiseForwardKernel : public Kernel {
       args_[DNNL_ARG_SCRATCHPAD] = memory(pd_.scratchpad_desc(), engine(), io.scratch);
   }
   void run(const KernelIO& io) override { execute(node_, prim_, args_); }
+  Layout input_layout(int) const override { return layout_; }
+  Layout output_layout(int) const override { return layout_; }
 
  private:
   const Node& node_;
+  Layout layout_;
   dnnl::eltwise_forward::primitive_desc pd_;
   dnnl::eltwise_forward prim_;
   std::unordered_map<int, memory> args_;
@@ -46,9 +53,10 @@ class EltwiseForwardKernel : public Kernel {
 // Inputs (dy, y); `alg` is a *_use_dst_for_bwd algorithm.
 class EltwiseBackwardKernel : public Kernel {
  public:
-  EltwiseBackwardKernel(const Node& node, algorithm alg) : node_(node) {
+  EltwiseBackwardKernel(const Node& node, const KernelContext& context, algorithm alg)
+      : node_(node), layout_(context.input_layout(1)) {
     pd_ = build(node, [&] {
-      memory::desc md = flat_md(node.inputs[0].shape());
+      memory::desc md = md_in(node.inputs[1].shape(), layout_);
       dnnl::eltwise_forward::desc fwd_desc(dnnl::prop_kind::forward_training, alg, md,
                                            alpha_of(alg), 0.0f);
       dnnl::eltwise_forward::primitive_desc fwd_pd(fwd_desc, engine());
@@ -66,17 +74,20 @@ class EltwiseBackwardKernel : public Kernel {
       args_[DNNL_ARG_SCRATCHPAD] = memory(pd_.scratchpad_desc(), engine(), io.scratch);
   }
   void run(const KernelIO& io) override { execute(node_, prim_, args_); }
+  Layout input_layout(int) const override { return layout_; }
+  Layout output_layout(int) const override { return layout_; }
 
  private:
   const Node& node_;
+  Layout layout_;
   dnnl::eltwise_backward::primitive_desc pd_;
   dnnl::eltwise_backward prim_;
   std::unordered_map<int, memory> args_;
 };
 
 template <typename K, algorithm alg>
-std::unique_ptr<Kernel> make(const Node& node, const KernelContext&) {
-  return std::make_unique<K>(node, alg);
+std::unique_ptr<Kernel> make(const Node& node, const KernelContext& context) {
+  return std::make_unique<K>(node, context, alg);
 }
 
 KernelRegistrar relu_kernel{"Relu", DeviceKind::cpu,

@@ -1,5 +1,6 @@
-// FusedBatchNorm and its gradient on oneDNN batch_normalization (plain nchw / nc layout, separate
-// scale and shift), built once with a user scratchpad; AssignMovingAverage is a plain loop.
+// FusedBatchNorm and its gradient on oneDNN batch_normalization (separate scale and shift), built
+// once with a user scratchpad, in the layout x comes in (plain nchw / nc, or a convolution's
+// blocked one); the per-channel tensors are plain. AssignMovingAverage is a plain loop.
 #include "tower/ops/batch_norm.h"
 
 #include <cstring>
@@ -23,10 +24,10 @@ flags bn_flags(const Node& node) {
 }
 
 dnnl::batch_normalization_forward::primitive_desc forward_pd(const Node& node, const Shape& x,
-                                                             prop kind) {
+                                                             const Layout& x_layout, prop kind) {
   return build(node, [&] {
     dnnl::batch_normalization_forward::desc desc(
-        kind, plain_md(x), node.attr<ops::BatchNormAttrs>().epsilon, bn_flags(node));
+        kind, md_of(x, x_layout), node.attr<ops::BatchNormAttrs>().epsilon, bn_flags(node));
     return dnnl::batch_normalization_forward::primitive_desc(desc, user_scratchpad(), engine());
   });
 }
@@ -39,14 +40,17 @@ void add_scratchpad(std::unordered_map<int, dnnl::memory>& args, const dnnl::mem
 // Inputs (x, gamma, beta, moving_mean, moving_var) -> (y, mean, variance).
 class FusedBatchNormKernel : public Kernel {
  public:
-  explicit FusedBatchNormKernel(const Node& node)
+  FusedBatchNormKernel(const Node& node, const KernelContext& context)
       : node_(node),
         inference_(inference(node)),
-        bn_pd_(forward_pd(node, node.inputs[0].shape(),
+        x_layout_(context.input_layout(0)),
+        bn_pd_(forward_pd(node, node.inputs[0].shape(), x_layout_,
                           inference_ ? prop::forward_inference : prop::forward_training)),
         bn_prim_(bn_pd_) {}
 
   size_t scratch_bytes() const override { return bn_pd_.scratchpad_desc().get_size(); }
+  Layout input_layout(int i) const override { return i == 0 ? x_layout_ : Layout{}; }
+  Layout output_layout(int o) const override { return o == 0 ? x_layout_ : Layout{}; }
 
   void bind(const KernelIO& io) override {
     dnnl::memory::desc c_md = plain_md(io.inputs[1].shape());
@@ -75,6 +79,7 @@ class FusedBatchNormKernel : public Kernel {
  private:
   const Node& node_;
   bool inference_;
+  Layout x_layout_;
   dnnl::batch_normalization_forward::primitive_desc bn_pd_;
   dnnl::batch_normalization_forward bn_prim_;
   std::unordered_map<int, dnnl::memory> args_;
@@ -83,13 +88,15 @@ class FusedBatchNormKernel : public Kernel {
 // Inputs (dy, x, gamma, beta, mean, variance) -> (dx, dgamma, dbeta).
 class FusedBatchNormGradKernel : public Kernel {
  public:
-  explicit FusedBatchNormGradKernel(const Node& node) : node_(node) {
+  // dy and dx in x's layout.
+  FusedBatchNormGradKernel(const Node& node, const KernelContext& context)
+      : node_(node), x_layout_(context.input_layout(1)) {
     const Shape& x = node.inputs[1].shape();
-    auto hint_pd = forward_pd(node, x, prop::forward_training);
+    auto hint_pd = forward_pd(node, x, x_layout_, prop::forward_training);
     bn_pd_ = build(node, [&] {
-      dnnl::batch_normalization_backward::desc desc(prop::backward, plain_md(x), plain_md(x),
-                                                    node.attr<ops::BatchNormAttrs>().epsilon,
-                                                    bn_flags(node));
+      dnnl::batch_normalization_backward::desc desc(
+          prop::backward, md_of(x, x_layout_), md_of(x, x_layout_),
+          node.attr<ops::BatchNormAttrs>().epsilon, bn_flags(node));
       return dnnl::batch_normalization_backward::primitive_desc(desc, user_scratchpad(), engine(),
                                                                 hint_pd);
     });
@@ -97,6 +104,8 @@ class FusedBatchNormGradKernel : public Kernel {
   }
 
   size_t scratch_bytes() const override { return bn_pd_.scratchpad_desc().get_size(); }
+  Layout input_layout(int i) const override { return i <= 1 ? x_layout_ : Layout{}; }
+  Layout output_layout(int o) const override { return o == 0 ? x_layout_ : Layout{}; }
 
   void bind(const KernelIO& io) override {
     dnnl::memory::desc c_md = plain_md(io.inputs[2].shape());
@@ -116,19 +125,20 @@ class FusedBatchNormGradKernel : public Kernel {
 
  private:
   const Node& node_;
+  Layout x_layout_;
   dnnl::batch_normalization_backward::primitive_desc bn_pd_;
   dnnl::batch_normalization_backward bn_prim_;
   std::unordered_map<int, dnnl::memory> args_;
 };
 
 KernelRegistrar batch_norm_kernel{"FusedBatchNorm", DeviceKind::cpu,
-                                  [](const Node& node, const KernelContext&) {
-                                    return std::make_unique<FusedBatchNormKernel>(node);
+                                  [](const Node& node, const KernelContext& context) {
+                                    return std::make_unique<FusedBatchNormKernel>(node, context);
                                   }};
-KernelRegistrar batch_norm_grad_kernel{"FusedBatchNormGrad", DeviceKind::cpu,
-                                       [](const Node& node, const KernelContext&) {
-                                         return std::make_unique<FusedBatchNormGradKernel>(node);
-                                       }};
+KernelRegistrar batch_norm_grad_kernel{
+    "FusedBatchNormGrad", DeviceKind::cpu, [](const Node& node, const KernelContext& context) {
+      return std::make_unique<FusedBatchNormGradKernel>(node, context);
+    }};
 
 // Input 0 is a view of the variable's storage (the runtime binds Variable nodes to it), so the
 // update lands in the variable itself.

@@ -1,9 +1,9 @@
 // Conv2D and its adjoints with oneDNN. The primitives pick their own (blocked) layouts
-// (format_tag::any), which are much faster than plain NCHW for direct convolution; plain tensors
-// are reordered into and out of kernel scratch around the primitive.
+// (format_tag::any), which are much faster than plain NCHW for direct convolution, and declare
+// them as their input and output layouts: the runtime reorders only where a neighbour differs.
 #include "tower/ops/conv.h"
 
-#include <optional>
+#include <cstring>
 #include <vector>
 
 #include "tower/kernels/cpu/dnnl_util.h"
@@ -39,17 +39,14 @@ dnnl::convolution_forward::primitive_desc forward_pd(const Shape& x, const Shape
   return {desc, user_scratchpad(), engine()};
 }
 
-// One tensor argument of the primitive: the plain buffer of the graph and, when the primitive
-// chose another layout, a copy of it in scratch with the reorder between them.
+// One tensor argument of the primitive, in the layout the primitive chose: the runtime hands it
+// over in that layout (converting only where the neighbouring kernel wrote or reads another).
 struct Arg {
   int dnnl_arg = 0;
   bool is_output = false;
   int index = 0;  // into io.inputs or io.outputs
-  memory::desc user_md, prim_md;
-  size_t offset = 0;
-  std::optional<dnnl::reorder> reorder_prim;
-  memory user_mem, prim_mem;
-  std::unordered_map<int, memory> reorder_args;
+  Shape shape;
+  memory::desc md;
 };
 
 class ConvKernel : public Kernel {
@@ -59,70 +56,55 @@ class ConvKernel : public Kernel {
              std::vector<Arg> args)
       : node_(node), prim_(std::move(prim)), scratchpad_md_(scratchpad_md), args_(std::move(args)) {
     for (const Value& in : node.inputs) has_empty_input_ |= in.shape().numel() == 0;
-    scratch_bytes_ = align64(scratchpad_md_.get_size());
-    for (Arg& arg : args_) {
-      if (arg.prim_md == arg.user_md) continue;
-      arg.offset = scratch_bytes_;
-      scratch_bytes_ += align64(arg.prim_md.get_size());
-      const memory::desc& from = arg.is_output ? arg.prim_md : arg.user_md;
-      const memory::desc& to = arg.is_output ? arg.user_md : arg.prim_md;
-      arg.reorder_prim = build(node_, [&] {
-        return dnnl::reorder(dnnl::reorder::primitive_desc(engine(), from, engine(), to));
-      });
-    }
   }
 
-  size_t scratch_bytes() const override { return scratch_bytes_; }
+  size_t scratch_bytes() const override { return scratchpad_md_.get_size(); }
+  Layout input_layout(int i) const override { return layout_of(false, i); }
+  Layout output_layout(int o) const override { return layout_of(true, o); }
 
   void bind(const KernelIO& io) override {
-    auto* scratch = static_cast<char*>(io.scratch);
-    for (Arg& arg : args_) {
+    for (const Arg& arg : args_) {
       const Tensor& t = arg.is_output ? io.outputs[static_cast<size_t>(arg.index)]
                                       : io.inputs[static_cast<size_t>(arg.index)];
-      arg.user_mem = make_memory(arg.user_md, t);
-      if (arg.reorder_prim) {
-        arg.prim_mem = memory(arg.prim_md, engine(), scratch + arg.offset);
-        arg.reorder_args = {{DNNL_ARG_FROM, arg.is_output ? arg.prim_mem : arg.user_mem},
-                            {DNNL_ARG_TO, arg.is_output ? arg.user_mem : arg.prim_mem}};
-      } else {
-        arg.prim_mem = arg.user_mem;
-      }
-      prim_args_[arg.dnnl_arg] = arg.prim_mem;
+      prim_args_[arg.dnnl_arg] = make_memory(arg.md, t);
     }
     if (scratchpad_md_.get_size() > 0)
-      prim_args_[DNNL_ARG_SCRATCHPAD] = memory(scratchpad_md_, engine(), scratch);
+      prim_args_[DNNL_ARG_SCRATCHPAD] = memory(scratchpad_md_, engine(), io.scratch);
   }
 
   void run(const KernelIO& io) override {
     // oneDNN skips primitives on empty tensors; an empty batch still has a (zero) filter gradient.
     if (has_empty_input_) {
-      for (const Tensor& t : io.outputs) const_cast<Tensor&>(t).fill_zero();
+      for (const Arg& arg : args_)
+        if (arg.is_output)
+          std::memset(const_cast<void*>(io.outputs[static_cast<size_t>(arg.index)].raw_data()), 0,
+                      arg.md.get_size());
       return;
     }
-    for (const Arg& arg : args_)
-      if (!arg.is_output && arg.reorder_prim) execute(node_, *arg.reorder_prim, arg.reorder_args);
     execute(node_, prim_, prim_args_);
-    for (const Arg& arg : args_)
-      if (arg.is_output && arg.reorder_prim) execute(node_, *arg.reorder_prim, arg.reorder_args);
   }
 
  private:
+  Layout layout_of(bool is_output, int index) const {
+    for (const Arg& arg : args_)
+      if (arg.is_output == is_output && arg.index == index) return to_layout(arg.md, arg.shape);
+    return {};
+  }
+
   const Node& node_;
   dnnl::primitive prim_;
   memory::desc scratchpad_md_;
   std::vector<Arg> args_;
-  size_t scratch_bytes_ = 0;
   bool has_empty_input_ = false;
   std::unordered_map<int, memory> prim_args_;
 };
 
-Arg input_arg(int dnnl_arg, int index, const Shape& shape, const memory::desc& prim_md) {
-  return Arg{.dnnl_arg = dnnl_arg, .index = index, .user_md = plain_md(shape), .prim_md = prim_md};
+Arg input_arg(int dnnl_arg, int index, const Shape& shape, const memory::desc& md) {
+  return Arg{.dnnl_arg = dnnl_arg, .index = index, .shape = shape, .md = md};
 }
 
-Arg output_arg(int dnnl_arg, const Shape& shape, const memory::desc& prim_md) {
-  return Arg{
-      .dnnl_arg = dnnl_arg, .is_output = true, .user_md = plain_md(shape), .prim_md = prim_md};
+Arg output_arg(int dnnl_arg, const Shape& shape, const memory::desc& md) {
+  return Arg{.dnnl_arg = dnnl_arg, .is_output = true, .shape = shape, .md = md};
 }
 
 KernelRegistrar conv2d_kernel{

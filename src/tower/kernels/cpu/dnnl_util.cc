@@ -25,6 +25,47 @@ dnnl::memory::desc plain_md(const Shape& shape, dnnl::memory::data_type type) {
   return dnnl::memory::desc(to_dims(shape), type, tags[shape.rank()]);
 }
 
+namespace {
+class DnnlFormat : public Layout::Format {
+ public:
+  explicit DnnlFormat(const dnnl::memory::desc& md) : md_(md) {}
+  size_t bytes() const override { return md_.get_size(); }
+  bool equals(const Format& other) const override {
+    auto* o = dynamic_cast<const DnnlFormat*>(&other);
+    return o != nullptr && o->md_ == md_;
+  }
+  const dnnl::memory::desc& md() const { return md_; }
+
+ private:
+  dnnl::memory::desc md_;
+};
+}  // namespace
+
+Layout to_layout(const dnnl::memory::desc& md, const Shape& shape) {
+  if (md == plain_md(shape)) return {};
+  return Layout(std::make_shared<DnnlFormat>(md));
+}
+
+dnnl::memory::desc md_of(const Shape& shape, const Layout& layout) {
+  if (layout.is_plain()) return plain_md(shape);
+  auto* format = dynamic_cast<const DnnlFormat*>(layout.format());
+  TOWER_CHECK_MSG(format != nullptr, "not a oneDNN layout");
+  return format->md();
+}
+
+std::optional<ChannelBlocks> channel_blocks(const dnnl::memory::desc& md) {
+  const dnnl_memory_desc_t& d = md.data;
+  if (d.ndims != 4 || d.format_kind != dnnl_blocked || d.offset0 != 0) return std::nullopt;
+  const dnnl_blocking_desc_t& b = d.format_desc.blocking;
+  ChannelBlocks blocks;
+  if (b.inner_nblks == 1 && b.inner_idxs[0] == 1)
+    blocks.block = b.inner_blks[0];
+  else if (b.inner_nblks != 0)
+    return std::nullopt;
+  for (int i = 0; i < 4; ++i) blocks.strides[i] = b.strides[i];
+  return blocks;
+}
+
 dnnl::memory make_memory(const dnnl::memory::desc& md, const Tensor& tensor) {
   return dnnl::memory(md, engine(), const_cast<void*>(tensor.raw_data()));
 }

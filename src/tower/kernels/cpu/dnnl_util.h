@@ -3,22 +3,34 @@
 #pragma once
 
 #include <dnnl.hpp>
-
+#include <optional>
 #include <string>
 #include <unordered_map>
 
 #include "tower/core/tensor.h"
 #include "tower/graph/graph.h"
+#include "tower/kernels/kernel.h"
 
 namespace tower::cpu {
 
-dnnl::engine& engine();          // the process's CPU engine
-dnnl::stream& thread_stream();   // a stream per calling thread (the device's thread)
+dnnl::engine& engine();         // the process's CPU engine
+dnnl::stream& thread_stream();  // a stream per calling thread (the device's thread)
 
 // Plain row-major descriptor for a shape (rank 1..5: a, ab, abc, abcd, abcde), f32 by default.
-dnnl::memory::desc plain_md(const Shape& shape, dnnl::memory::data_type type =
-                                                    dnnl::memory::data_type::f32);
+dnnl::memory::desc plain_md(const Shape& shape,
+                            dnnl::memory::data_type type = dnnl::memory::data_type::f32);
 dnnl::memory::dims to_dims(const Shape& shape);
+// A oneDNN descriptor as a Layout (the plain Layout when it is plain_md(shape)), and back.
+Layout to_layout(const dnnl::memory::desc& md, const Shape& shape);
+dnnl::memory::desc md_of(const Shape& shape, const Layout& layout);
+// A 4-D layout with the channels (dim 1) grouped innermost in blocks of `block` (nChw8c, nChw16c;
+// 1 for a strided one such as nchw): element (n, c, h, w) lies at n*strides[0] +
+// (c/block)*strides[1] + h*strides[2] + w*strides[3] + c%block. For hand-written kernels.
+struct ChannelBlocks {
+  int64_t block = 1;
+  int64_t strides[4] = {0, 0, 0, 0};
+};
+std::optional<ChannelBlocks> channel_blocks(const dnnl::memory::desc& md);
 // A memory object over a tensor's buffer (no copy).
 dnnl::memory make_memory(const dnnl::memory::desc& md, const Tensor& tensor);
 

@@ -89,8 +89,57 @@ void unary(const KernelIO& io, F f) {
   });
 }
 
+// Add and AddN of same-shape inputs go element by element, so they work in any layout: they take
+// the one most inputs come in (plain on a tie), ask for the others in it and write it (a padded
+// layout's zeros stay zero), so that residual sums and gradient accumulations between convolutions
+// need no conversion. The plain loop then runs over the whole (padded) buffer, seen flat.
+class AnyLayoutKernel : public Kernel {
+ public:
+  AnyLayoutKernel(const Node& node, const KernelContext& context, SimpleKernelFn fn)
+      : node_(node), fn_(std::move(fn)) {
+    bool same_shapes = true;
+    for (const Value& in : node.inputs) same_shapes &= in.shape() == node.outputs[0].shape;
+    if (!same_shapes) return;
+    auto count = [&](const Layout& layout) {
+      int n = 0;
+      for (size_t i = 0; i < node.inputs.size(); ++i) n += context.input_layout(i) == layout;
+      return n;
+    };
+    int best = count(layout_);
+    for (size_t i = 0; i < node.inputs.size(); ++i)
+      if (int n = count(context.input_layout(i)); n > best) {
+        best = n;
+        layout_ = context.input_layout(i);
+      }
+  }
+  Layout input_layout(int) const override { return layout_; }
+  Layout output_layout(int) const override { return layout_; }
+  void bind(const KernelIO& io) override {
+    if (layout_.is_plain()) return;
+    auto flat = [&](const Tensor& t) {
+      Shape shape{static_cast<int64_t>(layout_.bytes(node_.outputs[0]) / sizeof(float))};
+      return Tensor::wrap(const_cast<void*>(t.raw_data()), shape, DType::f32, t.device());
+    };
+    for (const Tensor& t : io.inputs) flat_.inputs.push_back(flat(t));
+    for (const Tensor& t : io.outputs) flat_.outputs.push_back(flat(t));
+  }
+  void run(const KernelIO& io) override { fn_(node_, layout_.is_plain() ? io : flat_); }
+
+ private:
+  const Node& node_;
+  SimpleKernelFn fn_;
+  Layout layout_;
+  KernelIO flat_;
+};
+
+KernelFactory any_layout_kernel(SimpleKernelFn fn) {
+  return [fn = std::move(fn)](const Node& node, const KernelContext& context) {
+    return std::make_unique<AnyLayoutKernel>(node, context, fn);
+  };
+}
+
 KernelRegistrar add_kernel{"Add", DeviceKind::cpu,
-                           simple_kernel([](const Node&, const KernelIO& io) {
+                           any_layout_kernel([](const Node&, const KernelIO& io) {
                              binary(io, [](float a, float b) { return a + b; });
                            })};
 KernelRegistrar sub_kernel{"Sub", DeviceKind::cpu,
@@ -113,7 +162,7 @@ KernelRegistrar square_kernel{"Square", DeviceKind::cpu,
 
 // Summed in input order, element by element: the result does not depend on threads.
 KernelRegistrar add_n_kernel{"AddN", DeviceKind::cpu,
-                             simple_kernel([](const Node&, const KernelIO& io) {
+                             any_layout_kernel([](const Node&, const KernelIO& io) {
                                float* y = output(io);
                                for_blocks(io.outputs[0].numel(), [&](int64_t begin, int64_t end) {
                                  const float* x0 = io.inputs[0].data<float>();

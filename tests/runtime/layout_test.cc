@@ -1,0 +1,109 @@
+// Layout propagation: values stay in oneDNN's blocked layouts between kernels that accept them.
+// Whatever the layouts inside, a Program must compute what the all-plain Program computes.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "testing/gradient_check.h"
+#include "tower/graph/gradients.h"
+#include "tower/ops/activation.h"
+#include "tower/ops/batch_norm.h"
+#include "tower/ops/bias.h"
+#include "tower/ops/conv.h"
+#include "tower/ops/lrn.h"
+#include "tower/ops/math.h"
+#include "tower/ops/pool.h"
+#include "tower/runtime/program.h"
+
+namespace tower {
+namespace {
+
+// conv -> bias -> relu -> max-pool -> conv -> bias -> relu -> conv -> batch norm -> relu, plus a
+// residual add (so a value fans out and its gradients meet in an AddN) and an LRN branch (a
+// hand-written, plain-only kernel). 24 channels: blocked layouts are padded to 32.
+struct ChainGraph {
+  Graph graph;
+  Value images;
+  std::vector<Value> fetches;  // loss, two intermediate activations, then the gradients
+  VariableStore variables;
+
+  ChainGraph() {
+    Scope s(graph);
+    images = s.placeholder("images", Shape{4, 3, 12, 12});
+    auto weights = [&](const std::string& name, Shape shape) {
+      return s.get_variable(name, std::move(shape), Initializer::he_normal());
+    };
+    auto bias = [&](const std::string& name, int64_t n) {
+      return s.get_variable(name, Shape{n}, Initializer::uniform(0.5f));
+    };
+    Value w1 = weights("w1", Shape{16, 3, 3, 3}), b1 = bias("b1", 16);
+    Value w2 = weights("w2", Shape{24, 16, 3, 3}), b2 = bias("b2", 24);
+    Value w3 = weights("w3", Shape{24, 24, 3, 3});
+    Value gamma = bias("gamma", 24), beta = bias("beta", 24);
+    Value mean = s.get_variable("mean", Shape{24}, Initializer::zeros(), Trainable::no);
+    Value var = s.get_variable("var", Shape{24}, Initializer::ones(), Trainable::no);
+    const ops::Conv2DAttrs same{{1, 1}, ops::Padding::same};
+
+    Value h1 = ops::relu(s, ops::bias_add(s, ops::conv2d(s, images, w1, same), b1));
+    Value p1 = ops::max_pool(s, h1, {{2, 2}, {2, 2}, ops::Padding::valid});
+    Value h2 = ops::relu(s, ops::bias_add(s, ops::conv2d(s, p1, w2, same), b2));
+    Value h3 = ops::relu(
+        s, ops::batch_norm(s, ops::conv2d(s, h2, w3, same), gamma, beta, mean, var, {}).y);
+    Value sum = ops::relu(s, ops::add(s, h3, h2));
+    Value normed = ops::lrn(s, p1, {});
+    Value loss = ops::add(s, ops::l2_loss(s, sum), ops::l2_loss(s, normed));
+
+    fetches = {loss, sum, p1};
+    for (Value g : gradients(s, loss, {images, w1, b1, w2, b2, w3, gamma, beta}))
+      fetches.push_back(g);
+    variables.initialize(graph, 3);
+  }
+};
+
+// Runs the chain graph with or without propagation; returns the fetches and the stats.
+std::vector<Tensor> run_chain(ChainGraph& c, bool propagate, ProgramStats* stats) {
+  Program program(c.graph, c.fetches, c.variables, {Device{}, 2, propagate});
+  program.input(c.images).copy_from(testing::random_tensor(Shape{4, 3, 12, 12}, 5));
+  program.run();
+  program.run();  // twice: buffers reused between steps must not leak stale layouts
+  *stats = program.stats();
+  std::vector<Tensor> out;
+  for (int i = 0; i < program.num_fetches(); ++i) out.push_back(program.output(i).clone());
+  return out;
+}
+
+TEST(LayoutTest, PropagationKeepsResultsAndSavesReorders) {
+  ChainGraph c;
+  ProgramStats plain_stats, blocked_stats;
+  std::vector<Tensor> plain = run_chain(c, false, &plain_stats);
+  std::vector<Tensor> blocked = run_chain(c, true, &blocked_stats);
+  ASSERT_EQ(plain.size(), blocked.size());
+  for (size_t i = 0; i < plain.size(); ++i) {
+    ASSERT_EQ(plain[i].shape(), blocked[i].shape()) << "fetch " << i;
+    const float* a = plain[i].data<float>();
+    const float* b = blocked[i].data<float>();
+    float scale = 0;
+    for (int64_t k = 0; k < plain[i].numel(); ++k) scale = std::max(scale, std::fabs(a[k]));
+    ASSERT_GT(scale, 0.0f) << "fetch " << i << " is all zeros: the test would prove nothing";
+    for (int64_t k = 0; k < plain[i].numel(); ++k)
+      ASSERT_NEAR(a[k], b[k], 1e-5f * scale) << "fetch " << i << " element " << k;
+  }
+  // Both have the same kernels; propagation removes the conversions between the oneDNN ones.
+  EXPECT_EQ(blocked_stats.num_kernels, plain_stats.num_kernels);
+  EXPECT_LT(blocked_stats.reorders, plain_stats.reorders);
+  EXPECT_GT(plain_stats.reorders, 0);
+}
+
+TEST(LayoutTest, EnvironmentVariableTurnsPropagationOff) {
+  ChainGraph c;
+  ProgramStats off, on;
+  run_chain(c, false, &off);
+  setenv("TOWER_LAYOUTS", "plain", 1);
+  run_chain(c, true, &on);
+  unsetenv("TOWER_LAYOUTS");
+  EXPECT_EQ(on.reorders, off.reorders);
+}
+
+}  // namespace
+}  // namespace tower

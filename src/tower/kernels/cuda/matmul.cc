@@ -1,10 +1,44 @@
 // MatMul with cuBLAS (plain FP32: no TF32, so results track the CPU kernel). Row-major
 // Y = op(A) op(B) is computed as the column-major product Y^T = op(B)^T op(A)^T.
+//
+// cuBLAS adds about 200 MB of resident memory to any process that loads it, so it is opened on
+// the first GPU matmul instead of at start-up: CPU-only runs of a CUDA build do not pay for it.
+#include <dlfcn.h>
+
 #include "tower/kernels/cuda/cuda_util.h"
 #include "tower/ops/matmul.h"
 
 namespace tower::cuda {
 namespace {
+
+struct Cublas {
+  decltype(&cublasCreate) create;
+  decltype(&cublasDestroy) destroy;
+  decltype(&cublasSetStream) set_stream;
+  decltype(&cublasSetMathMode) set_math_mode;
+  decltype(&cublasSgemm) sgemm;
+
+  static const Cublas& get() {
+    static const Cublas cublas = load();
+    return cublas;
+  }
+
+ private:
+  template <typename F>
+  static F symbol(void* lib, const char* name) {
+    void* p = dlsym(lib, name);
+    if (p == nullptr) fail("cuBLAS has no symbol {}: {}", name, dlerror());
+    return reinterpret_cast<F>(p);
+  }
+  static Cublas load() {
+    const std::string name = fmt::format("libcublas.so.{}", CUBLAS_VER_MAJOR);
+    void* lib = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) fail("cannot open {} for GPU matmuls: {}", name, dlerror());
+    return {symbol<decltype(create)>(lib, "cublasCreate_v2"), symbol<decltype(destroy)>(lib, "cublasDestroy_v2"),
+            symbol<decltype(set_stream)>(lib, "cublasSetStream_v2"),
+            symbol<decltype(set_math_mode)>(lib, "cublasSetMathMode"), symbol<decltype(sgemm)>(lib, "cublasSgemm_v2")};
+  }
+};
 
 class MatMulKernel : public Kernel {
  public:
@@ -18,21 +52,22 @@ class MatMulKernel : public Kernel {
     m_ = static_cast<int>(y[0]);
     n_ = static_cast<int>(y[1]);
     k_ = static_cast<int>(ta_ ? a[0] : a[1]);
-    TOWER_CUDA_CHECK(cublasCreate(&handle_));
-    TOWER_CUDA_CHECK(cublasSetStream(handle_, stream_));
-    TOWER_CUDA_CHECK(cublasSetMathMode(handle_, CUBLAS_PEDANTIC_MATH));
+    TOWER_CUDA_CHECK(cublas_.create(&handle_));
+    TOWER_CUDA_CHECK(cublas_.set_stream(handle_, stream_));
+    TOWER_CUDA_CHECK(cublas_.set_math_mode(handle_, CUBLAS_PEDANTIC_MATH));
   }
-  ~MatMulKernel() override { cublasDestroy(handle_); }
+  ~MatMulKernel() override { cublas_.destroy(handle_); }
 
   void run(const KernelIO& io) override {
     const float one = 1.0f, zero = 0.0f;
-    TOWER_CUDA_CHECK(cublasSgemm(handle_, tb_ ? CUBLAS_OP_T : CUBLAS_OP_N, ta_ ? CUBLAS_OP_T : CUBLAS_OP_N,
+    TOWER_CUDA_CHECK(cublas_.sgemm(handle_, tb_ ? CUBLAS_OP_T : CUBLAS_OP_N, ta_ ? CUBLAS_OP_T : CUBLAS_OP_N,
                                  n_, m_, k_, &one, io.inputs[1].data<float>(), tb_ ? k_ : n_,
                                  io.inputs[0].data<float>(), ta_ ? m_ : k_, &zero,
                                  const_cast<Tensor&>(io.outputs[0]).data<float>(), n_));
   }
 
  private:
+  const Cublas& cublas_ = Cublas::get();
   cudaStream_t stream_;
   cublasHandle_t handle_ = nullptr;
   bool ta_ = false, tb_ = false;

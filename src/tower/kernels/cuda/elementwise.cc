@@ -11,26 +11,6 @@ namespace {
 const float* in(const KernelIO& io, size_t i) { return io.inputs[i].data<float>(); }
 float* out(const KernelIO& io) { return const_cast<Tensor&>(io.outputs[0]).data<float>(); }
 
-// A kernel whose run() is a function of the io and the stream.
-class StreamKernel : public Kernel {
- public:
-  using Fn = std::function<void(const Node&, const KernelIO&, cudaStream_t)>;
-  StreamKernel(const Node& node, cudaStream_t stream, Fn fn) : node_(node), stream_(stream), fn_(std::move(fn)) {}
-  void run(const KernelIO& io) override { fn_(node_, io, stream_); }
-
- private:
-  const Node& node_;
-  cudaStream_t stream_;
-  Fn fn_;
-};
-
-KernelFactory stream_kernel(StreamKernel::Fn fn) {
-  return [fn](const Node& node, const KernelContext& context) -> std::unique_ptr<Kernel> {
-    use_device(context.device);
-    return std::make_unique<StreamKernel>(node, stream_of(context), fn);
-  };
-}
-
 KernelFactory unary(Unary op) {
   return stream_kernel([op](const Node& node, const KernelIO& io, cudaStream_t s) {
     const float param = op == Unary::scale ? node.attr<ops::ScaleAttrs>().factor : 0.0f;

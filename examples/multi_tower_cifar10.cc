@@ -57,11 +57,7 @@ int main(int argc, char** argv) try {
 
   // GradientDescentOptimizer with lr 0.1 decayed x0.1 every 350 epochs, and the moving average.
   auto optimizer = make_optimizer({.name = "sgd"});
-  std::vector<Param> params;
-  for (size_t v = 0; v < towers.trainable().size(); ++v) {
-    const std::string& name = towers.trainable()[v].name;
-    params.push_back({name, &towers.replica(0).get(name), &towers.gradient(0, static_cast<int>(v))});
-  }
+  std::vector<Param> params = replica_params(towers, 0);  // the variables and averaged gradients
   optimizer->init(params);
   auto lr = parse_lr_schedule("exponential:decay_epochs=350,rate=0.1,staircase=1", 0.1f,
                               inputs.batches_per_epoch(), max_steps);

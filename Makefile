@@ -37,7 +37,7 @@ TSAN_TESTS ?= ThreadPool|GradientReducer|TowersEquivalenceTest.*mlp|DataParallel
 debug asan tsan: deps
 	cmake --preset $@
 	cmake --build --preset $@ -j $(JOBS)
-	cd build-$@ && ctest --output-on-failure -j $(JOBS) --timeout 1800 -E data_fuzz \
+	cd build-$@ && $(if $(filter tsan,$@),TSAN_OPTIONS=suppressions=$(CURDIR)/scripts/tsan.supp) ctest --output-on-failure -j $(JOBS) --timeout 1800 -E data_fuzz \
 	  $(if $(filter tsan,$@),-R '$(TSAN_TESTS)') $(CTEST_ARGS)
 
 clean:

@@ -49,6 +49,7 @@ struct DeviceOps {
   void* (*create_stream)(int index);  // an in-order queue of work on the device
   void (*destroy_stream)(void* stream);
   void (*synchronize)(void* stream);  // waits until the stream's work is done
+  void (*make_current)(int index);    // the calling thread's kernels go to this device
 };
 void register_device_ops(DeviceKind kind, DeviceOps ops);
 const DeviceOps& device_ops(DeviceKind kind);  // throws if none is registered

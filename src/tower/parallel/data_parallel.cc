@@ -28,6 +28,10 @@ DataParallel::DataParallel(const Shape& example_shape, int64_t global_batch,
            "devices (--allow_soft_placement puts missing GPUs on CPUs)",
            options.devices[0].to_string(), d.to_string());
   staged_ = options.stage_through_host || options.devices[0].kind != DeviceKind::cpu;
+#ifdef TOWER_HAVE_NCCL
+  // GPU towers with mirrored replicas reduce on the GPUs; central keeps the classic host average.
+  nccl_ = options.devices[0].kind == DeviceKind::cuda && options.strategy == Strategy::allreduce;
+#endif
   std::vector<int> threads = options.threads;
   if (threads.empty()) threads = split_cores(cpu_info().num_cores, n);
   TOWER_CHECK(static_cast<int>(threads.size()) == n);
@@ -104,15 +108,20 @@ DataParallel::DataParallel(const Shape& example_shape, int64_t global_batch,
         t.staged.emplace_back(t.program->output(f).shape(), t.program->output(f).dtype());
     std::vector<Tensor> views;
     const int first_grad = 1 + static_cast<int>(t.outputs.metrics.size());
-    for (size_t v = 0; v < t.grads.size(); ++v) views.push_back(fetched(t, first_grad + static_cast<int>(v)).view());
+    for (size_t v = 0; v < t.grads.size(); ++v) {
+      const int fetch = first_grad + static_cast<int>(v);
+      views.push_back(nccl_ ? t.program->output(fetch).view() : fetched(t, fetch).view());
+    }
     grad_buffers.push_back(std::move(views));
     weights.push_back(static_cast<float>(t.batch) /
                       static_cast<float>(global_batch * comm_->size()));
   }
-  reducer_ = options.strategy == Strategy::central
-                 ? make_central_reducer(std::move(grad_buffers), std::move(weights), comm_)
-                 : make_allreduce_reducer(std::move(grad_buffers), std::move(weights),
-                                          options.bucket_bytes, comm_);
+  if (nccl_)
+    reducer_ = make_nccl_reducer(std::move(grad_buffers), std::move(weights), options.bucket_bytes, comm_);
+  else if (options.strategy == Strategy::central)
+    reducer_ = make_central_reducer(std::move(grad_buffers), std::move(weights), comm_);
+  else
+    reducer_ = make_allreduce_reducer(std::move(grad_buffers), std::move(weights), options.bucket_bytes, comm_);
 }
 
 DataParallel::~DataParallel() = default;
@@ -170,7 +179,8 @@ void DataParallel::run_tower(Tower& t, int index, uint64_t step) {
   if (staged_) t.device_vars->copy_from(*replicas_[static_cast<size_t>(t.replica)]);
   const int first_grad = 1 + static_cast<int>(t.outputs.metrics.size());
   t.program->run(step, [&](int fetch) {
-    if (staged_) t.staged[static_cast<size_t>(fetch)].copy_from(t.program->output(fetch));
+    if (staged_ && !(nccl_ && fetch >= first_grad))  // NCCL takes gradients from the device
+      t.staged[static_cast<size_t>(fetch)].copy_from(t.program->output(fetch));
     if (fetch >= first_grad) reducer_->ready(index, fetch - first_grad);
   });
 }

@@ -98,6 +98,7 @@ class DataParallel {
   Communicator* comm_;
   int64_t global_batch_;
   bool staged_ = false;
+  bool nccl_ = false;  // GPU towers reducing with NCCL (builds with NCCL)
   std::vector<std::string> non_trainable_;  // variables the graph updates (moving averages)
 };
 

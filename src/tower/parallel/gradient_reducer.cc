@@ -58,21 +58,6 @@ FlatBuffer make_flat(const std::vector<Tensor>& like, const std::vector<int>& or
   return flat;
 }
 
-// Backward produces the last layers' gradients first, so buckets go from the last variable.
-std::vector<std::vector<int>> make_buckets(const std::vector<Tensor>& grads, size_t bucket_bytes) {
-  std::vector<std::vector<int>> buckets;
-  size_t bytes = 0;
-  for (int v = static_cast<int>(grads.size()) - 1; v >= 0; --v) {
-    const size_t b = grads[static_cast<size_t>(v)].nbytes();
-    if (buckets.empty() || (bytes + b > bucket_bytes && bytes > 0)) {
-      buckets.emplace_back();
-      bytes = 0;
-    }
-    buckets.back().push_back(v);
-    bytes += b;
-  }
-  return buckets;
-}
 
 bool crosses_ranks(const Communicator* comm) { return comm != nullptr && comm->size() > 1; }
 
@@ -315,6 +300,21 @@ std::unique_ptr<GradientReducer> make_allreduce_reducer(std::vector<std::vector<
                                                         std::vector<float> weights,
                                                         size_t bucket_bytes, Communicator* comm) {
   return std::make_unique<AllReduceReducer>(std::move(grads), std::move(weights), bucket_bytes, comm);
+}
+
+std::vector<std::vector<int>> make_buckets(const std::vector<Tensor>& grads, size_t bucket_bytes) {
+  std::vector<std::vector<int>> buckets;
+  size_t bytes = 0;
+  for (int v = static_cast<int>(grads.size()) - 1; v >= 0; --v) {
+    const size_t b = grads[static_cast<size_t>(v)].nbytes();
+    if (buckets.empty() || (bytes + b > bucket_bytes && bytes > 0)) {
+      buckets.emplace_back();
+      bytes = 0;
+    }
+    buckets.back().push_back(v);
+    bytes += b;
+  }
+  return buckets;
 }
 
 std::vector<size_t> bucket_sizes(const std::vector<Tensor>& grads, size_t bucket_bytes) {

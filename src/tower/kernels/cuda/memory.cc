@@ -108,7 +108,8 @@ const bool registered = [] {
        .destroy_stream = [](void* stream) { cudaStreamDestroy(static_cast<cudaStream_t>(stream)); },
        .synchronize = [](void* stream) {
          TOWER_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
-       }});
+       },
+       .make_current = [](int index) { TOWER_CUDA_CHECK(cudaSetDevice(index)); }});
   return true;
 }();
 

@@ -50,6 +50,9 @@ struct DeviceOps {
   void (*destroy_stream)(void* stream);
   void (*synchronize)(void* stream);  // waits until the stream's work is done
   void (*make_current)(int index);    // the calling thread's kernels go to this device
+  void* (*host_alloc)(size_t bytes);  // page-locked host memory, for asynchronous copies
+  void (*host_free)(void* ptr);
+  void (*copy_async)(void* dst, const void* src, size_t bytes, void* stream);  // ordered on stream
 };
 void register_device_ops(DeviceKind kind, DeviceOps ops);
 const DeviceOps& device_ops(DeviceKind kind);  // throws if none is registered

@@ -248,4 +248,18 @@ Value sum_to_shape(const Scope& s, Value x, Shape shape) {
   return s.op("SumToShape", {x}, ShapeAttrs{std::move(shape)});
 }
 
+std::vector<char> summed_axes(const Node& node) {
+  const Shape& in = node.inputs[0].shape();
+  if (node.op == "ReduceSum") {
+    std::vector<char> summed(static_cast<size_t>(in.rank()), 0);
+    for (int axis : node.attr<ReduceSumAttrs>().axes) summed[static_cast<size_t>(axis < 0 ? axis + in.rank() : axis)] = 1;
+    return summed;
+  }
+  const Shape& to = node.attr<ShapeAttrs>().shape;
+  std::vector<char> summed(static_cast<size_t>(in.rank()), 1);
+  for (int i = 1; i <= to.rank(); ++i)
+    if (to[to.rank() - i] == in[in.rank() - i]) summed[static_cast<size_t>(in.rank() - i)] = 0;
+  return summed;
+}
+
 }  // namespace tower::ops

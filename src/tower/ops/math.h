@@ -47,4 +47,8 @@ Value flatten(const Scope& s, Value x);               // (N, ...) -> (N, rest)
 Value broadcast_to(const Scope& s, Value x, Shape shape);
 Value sum_to_shape(const Scope& s, Value x, Shape shape);
 
+// For kernels: which input axes a ReduceSum or SumToShape node sums (1) or keeps (0).
+// SumToShape sums the input's leading extra axes and those the target has as 1.
+std::vector<char> summed_axes(const Node& node);
+
 }  // namespace tower::ops

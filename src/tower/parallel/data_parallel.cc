@@ -103,6 +103,11 @@ DataParallel::DataParallel(const Shape& example_shape, int64_t global_batch,
     t.program = std::make_unique<Program>(graph_, fetches, *vars, ProgramOptions{t.device, t.threads},
                                           i == 0 ? t.outputs.updates : std::vector<Value>{});
     t.worker = std::make_unique<ThreadPool>(1);
+    if (t.device.kind != DeviceKind::cpu) {
+      const DeviceOps& ops = device_ops(t.device.kind);
+      t.copy_stream = ops.create_stream(t.device.index);
+      t.pinned = ops.host_alloc(t.program->input(t.images).nbytes() + t.program->input(t.labels).nbytes());
+    }
     if (staged_)
       for (int f = 0; f < t.program->num_fetches(); ++f)
         t.staged.emplace_back(t.program->output(f).shape(), t.program->output(f).dtype());
@@ -124,7 +129,15 @@ DataParallel::DataParallel(const Shape& example_shape, int64_t global_batch,
     reducer_ = make_allreduce_reducer(std::move(grad_buffers), std::move(weights), options.bucket_bytes, comm_);
 }
 
-DataParallel::~DataParallel() = default;
+DataParallel::~DataParallel() {
+  for (Tower& t : towers_) {
+    if (t.copy_stream == nullptr) continue;
+    const DeviceOps& ops = device_ops(t.device.kind);
+    ops.synchronize(t.copy_stream);
+    ops.destroy_stream(t.copy_stream);
+    ops.host_free(t.pinned);
+  }
+}
 
 int64_t DataParallel::tower_batch(int tower) const { return towers_.at(static_cast<size_t>(tower)).batch; }
 
@@ -133,12 +146,16 @@ StepResult DataParallel::step(const Tensor& images, const Tensor& labels, uint64
       labels.shape() != Shape{global_batch_})
     fail("batch of shape {} with labels {} does not match the global batch size {}",
          images.shape().to_string(), labels.shape().to_string(), global_batch_);
+  const bool prefetched = prefetched_ != nullptr && prefetched_ == images.raw_data();
+  prefetched_ = nullptr;
+  for (Tower& t : towers_) {
+    if (!prefetched) copy_inputs(t, images, labels);
+    if (t.copy_stream != nullptr) device_ops(t.device.kind).synchronize(t.copy_stream);
+  }
   reducer_->begin_step();
   std::vector<std::future<void>> running;
   for (size_t i = 0; i < towers_.size(); ++i) {
     Tower& t = towers_[i];
-    t.program->input(t.images).copy_from(images.slice(t.offset, t.offset + t.batch));
-    t.program->input(t.labels).copy_from(labels.slice(t.offset, t.offset + t.batch));
     running.push_back(t.worker->submit([this, &t, i, step] {
       try {
         run_tower(t, static_cast<int>(i), step);
@@ -171,6 +188,33 @@ StepResult DataParallel::step(const Tensor& images, const Tensor& labels, uint64
   }
   comm_->allreduce_sum(sums.data(), static_cast<int64_t>(sums.size()));
   return StepResult{sums[0], std::vector<float>(sums.begin() + 1, sums.end())};
+}
+
+void DataParallel::prefetch(const Tensor& images, const Tensor& labels) {
+  if (towers_[0].copy_stream == nullptr) return;
+  TOWER_CHECK(images.shape().rank() >= 1 && images.shape()[0] == global_batch_ && labels.shape() == Shape{global_batch_});
+  for (Tower& t : towers_) copy_inputs(t, images, labels);
+  prefetched_ = images.raw_data();
+}
+
+// The tower's slice of the batch into its input buffers: directly on CPU towers; through its
+// page-locked buffer and copy stream on GPU towers (step() waits for the stream).
+void DataParallel::copy_inputs(Tower& t, const Tensor& images, const Tensor& labels) {
+  Tensor& in_images = t.program->input(t.images);
+  Tensor& in_labels = t.program->input(t.labels);
+  const Tensor x = images.slice(t.offset, t.offset + t.batch), y = labels.slice(t.offset, t.offset + t.batch);
+  if (t.copy_stream == nullptr) {
+    in_images.copy_from(x);
+    in_labels.copy_from(y);
+    return;
+  }
+  const DeviceOps& ops = device_ops(t.device.kind);
+  ops.synchronize(t.copy_stream);  // the pinned buffer is free again
+  auto* pinned = static_cast<char*>(t.pinned);
+  std::memcpy(pinned, x.raw_data(), x.nbytes());
+  std::memcpy(pinned + x.nbytes(), y.raw_data(), y.nbytes());
+  ops.copy_async(in_images.raw_data(), pinned, x.nbytes(), t.copy_stream);
+  ops.copy_async(in_labels.raw_data(), pinned + x.nbytes(), y.nbytes(), t.copy_stream);
 }
 
 // On the tower's worker thread: (staged) refresh its variables from the host replica, run forward

@@ -59,6 +59,10 @@ class DataParallel {
   // images: (B, ...) f32, labels: (B,) i32 with B the global batch. The loss and metrics are
   // averaged over all ranks.
   StepResult step(const Tensor& images, const Tensor& labels, uint64_t step);
+  // Starts copying the next step's batch into GPU towers' input buffers (from page-locked memory,
+  // on a copy stream, while the caller updates the variables); step() with the same tensors then
+  // only waits for the copies. A no-op for CPU towers.
+  void prefetch(const Tensor& images, const Tensor& labels);
 
   Graph& graph() { return graph_; }
   const std::vector<VariableInfo>& trainable() const { return trainable_; }
@@ -86,7 +90,10 @@ class DataParallel {
     int replica = 0;                              // the host replica it reads
     std::unique_ptr<VariableStore> device_vars;  // staged: its own copy of the variables
     std::vector<Tensor> staged;                  // staged: host copies of the fetches
+    void* copy_stream = nullptr;                 // GPU: input copies
+    void* pinned = nullptr;                      // GPU: page-locked images then labels
   };
+  void copy_inputs(Tower& t, const Tensor& images, const Tensor& labels);
   void run_tower(Tower& t, int index, uint64_t step);
   const Tensor& fetched(const Tower& t, int fetch) const;
   Graph graph_;
@@ -99,6 +106,7 @@ class DataParallel {
   int64_t global_batch_;
   bool staged_ = false;
   bool nccl_ = false;  // GPU towers reducing with NCCL (builds with NCCL)
+  const void* prefetched_ = nullptr;  // the images prefetch() is copying
   std::vector<std::string> non_trainable_;  // variables the graph updates (moving averages)
 };
 

@@ -269,13 +269,15 @@ TrainResult train(const TrainConfig& config, Communicator& comm) {
       return dp.replica(0).get(name);
     });
   };
+  std::optional<Batch> next;  // taken one step early: its copy to GPU towers overlaps the update
   auto save = [&]() {
     std::vector<std::pair<std::string, const Tensor*>> tensors;
     for (const std::string& name : dp.replica(0).names()) tensors.push_back({name, &dp.replica(0).get(name)});
     for (auto& [name, slot] : optimizers[0]->slots()) tensors.push_back({name, slot});
     if (ema)
       for (auto& [name, shadow] : ema->shadows()) tensors.push_back({name, shadow});
-    Position position = pipeline.position();
+    // The next batch to train on: the one already taken for prefetching, if any.
+    Position position = next ? Position{next->epoch, next->step} : pipeline.position();
     nlohmann::json state = {{"step", step},
                             {"epoch", position.epoch},
                             {"position", {{"epoch", position.epoch}, {"step", position.step}}},
@@ -311,12 +313,17 @@ TrainResult train(const TrainConfig& config, Communicator& comm) {
     std::fflush(stdout);
   }
   while (step < total_steps) {
-    Batch batch = pipeline.next();
+    Batch batch = next ? std::move(*next) : pipeline.next();
+    next.reset();
     StepResult out = dp.step(batch.images, batch.labels, static_cast<uint64_t>(step));
     if (!std::isfinite(out.loss))
       fail("the loss is {} at step {}: training diverged (try a lower --lr or --clip_norm); "
            "the last good checkpoint in {} is kept",
            out.loss, step, config.train_dir);
+    if (step + 1 < total_steps) {
+      next = pipeline.next();
+      dp.prefetch(next->images, next->labels);
+    }
     const float lr = schedule->lr(step);
     // Replicas are independent: update them side by side (each gets identical bits anyway).
     update_pool.parallel_for(dp.num_replicas(), [&](int64_t r) {

@@ -300,31 +300,13 @@ class ReduceSumKernel : public Kernel {
   int64_t num_kept_ = 1, num_red_ = 1;
 };
 
-std::vector<char> reduce_sum_axes(const Node& node) {
-  int rank = node.inputs[0].shape().rank();
-  std::vector<char> reduced(static_cast<size_t>(rank), 0);
-  for (int axis : node.attr<ops::ReduceSumAttrs>().axes)
-    reduced[static_cast<size_t>(axis < 0 ? axis + rank : axis)] = 1;
-  return reduced;
-}
-
-// The axes that SumToShape sums: the input's leading extra axes and those the target has as 1.
-std::vector<char> sum_to_shape_axes(const Node& node) {
-  const Shape& in = node.inputs[0].shape();
-  const Shape& to = node.attr<ops::ShapeAttrs>().shape;
-  std::vector<char> reduced(static_cast<size_t>(in.rank()), 1);
-  for (int i = 1; i <= to.rank(); ++i)
-    if (to[to.rank() - i] == in[in.rank() - i]) reduced[static_cast<size_t>(in.rank() - i)] = 0;
-  return reduced;
-}
-
 KernelRegistrar reduce_sum_kernel{
     "ReduceSum", DeviceKind::cpu, [](const Node& node, const KernelContext&) {
-      return std::make_unique<ReduceSumKernel>(node.inputs[0].shape(), reduce_sum_axes(node));
+      return std::make_unique<ReduceSumKernel>(node.inputs[0].shape(), ops::summed_axes(node));
     }};
 KernelRegistrar sum_to_shape_kernel{
     "SumToShape", DeviceKind::cpu, [](const Node& node, const KernelContext&) {
-      return std::make_unique<ReduceSumKernel>(node.inputs[0].shape(), sum_to_shape_axes(node));
+      return std::make_unique<ReduceSumKernel>(node.inputs[0].shape(), ops::summed_axes(node));
     }};
 
 // sum(x^2) / 2 with the same fixed-block partial sums as a full ReduceSum.

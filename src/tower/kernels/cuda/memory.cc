@@ -1,6 +1,7 @@
 // CUDA devices for the core: memory through a caching allocator per GPU (a training loop frees
 // and allocates the same sizes, so after the first step nothing reaches cudaMalloc) and streams,
 // registered when this library is loaded; plus the status checks of launch.h.
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -109,7 +110,16 @@ const bool registered = [] {
        .synchronize = [](void* stream) {
          TOWER_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
        },
-       .make_current = [](int index) { TOWER_CUDA_CHECK(cudaSetDevice(index)); }});
+       .make_current = [](int index) { TOWER_CUDA_CHECK(cudaSetDevice(index)); },
+       .host_alloc = [](size_t bytes) -> void* {
+         void* ptr = nullptr;
+         TOWER_CUDA_CHECK(cudaMallocHost(&ptr, std::max<size_t>(bytes, 1)));
+         return ptr;
+       },
+       .host_free = [](void* ptr) { cudaFreeHost(ptr); },
+       .copy_async = [](void* dst, const void* src, size_t bytes, void* stream) {
+         TOWER_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, static_cast<cudaStream_t>(stream)));
+       }});
   return true;
 }();
 

@@ -95,28 +95,11 @@ class ReduceKernel : public Kernel {
   ReducePlan plan_;
 };
 
-std::vector<char> reduce_sum_axes(const Node& node) {
-  const int rank = node.inputs[0].shape().rank();
-  std::vector<char> reduced(static_cast<size_t>(rank), 0);
-  for (int axis : node.attr<ops::ReduceSumAttrs>().axes) reduced[static_cast<size_t>(axis < 0 ? axis + rank : axis)] = 1;
-  return reduced;
-}
-
-// SumToShape sums the input's leading extra axes and those where the target has 1 (and x not).
-std::vector<char> sum_to_shape_axes(const Node& node) {
-  const Shape& in = node.inputs[0].shape();
-  const Shape& to = node.attr<ops::ShapeAttrs>().shape;
-  std::vector<char> reduced(static_cast<size_t>(in.rank()), 1);
-  for (int i = 1; i <= to.rank(); ++i)
-    if (to[to.rank() - i] == in[in.rank() - i]) reduced[static_cast<size_t>(in.rank() - i)] = 0;
-  return reduced;
-}
-
 KernelRegistrar reduce_sum{"ReduceSum", DeviceKind::cuda, [](const Node& node, const KernelContext& context) {
-  return std::unique_ptr<Kernel>(std::make_unique<ReduceKernel>(node, context, reduce_sum_axes(node), false, 1.0));
+  return std::unique_ptr<Kernel>(std::make_unique<ReduceKernel>(node, context, ops::summed_axes(node), false, 1.0));
 }};
 KernelRegistrar sum_to_shape{"SumToShape", DeviceKind::cuda, [](const Node& node, const KernelContext& context) {
-  return std::unique_ptr<Kernel>(std::make_unique<ReduceKernel>(node, context, sum_to_shape_axes(node), false, 1.0));
+  return std::unique_ptr<Kernel>(std::make_unique<ReduceKernel>(node, context, ops::summed_axes(node), false, 1.0));
 }};
 // sum(x^2) / 2 in double, like the CPU kernel.
 KernelRegistrar l2_loss{"L2Loss", DeviceKind::cuda, [](const Node& node, const KernelContext& context) {

@@ -24,6 +24,7 @@ struct Flags {
   int64_t batch_size = 128;
   int threads = 0, num_devices = 1, steps = 10, windows = 5;
   double bucket_mb = 25;
+  bool deterministic = true;
 };
 
 // Multiply-adds of the convolutions and matmuls (the rest is small next to them), times two.
@@ -110,6 +111,7 @@ void run_bench(const Flags& flags) {
     options.strategy = parse_strategy(flags.strategy);
     options.seed = 1;
     options.comm = &comm;
+    options.deterministic = flags.deterministic;
     options.bucket_bytes = static_cast<size_t>(flags.bucket_mb * (1 << 20));
     DataParallel dp(model.default_input, local_batch,
                     [&](const Scope& scope, Value x, Value y) {
@@ -198,6 +200,9 @@ CommandRegistrar registrar{{"bench", "Measure training or inference throughput o
   app.add_option("--num_devices", flags.num_devices, "Towers (train mode)")->capture_default_str()->check(positive);
   app.add_option("--devices", flags.devices, "Devices instead of CPU towers, e.g. cuda:0 or cuda:0,cuda:1");
   app.add_option("--strategy", flags.strategy, "allreduce | central")->capture_default_str();
+  app.add_flag("--deterministic,!--no-deterministic", flags.deterministic,
+               "Only bitwise-repeatable kernels (off lets cuDNN pick faster ones)")
+      ->capture_default_str();
   app.add_option("--steps", flags.steps, "Steps per timed window")->capture_default_str()->check(positive);
   app.add_option("--windows", flags.windows, "Timed windows (the median is reported)")->capture_default_str()->check(positive);
   app.callback([] { run_bench(flags); });

@@ -43,6 +43,9 @@ CommandRegistrar registrar{{"train", "Train a model on every device (resumes fro
       ->check(positive);
   app.add_flag("--allow_soft_placement", c.allow_soft_placement,
                "Place towers of missing GPUs on CPU devices instead of failing");
+  app.add_flag("--deterministic,!--no-deterministic", c.deterministic,
+               "Only bitwise-repeatable kernels (on by default; off lets cuDNN pick faster ones)")
+      ->capture_default_str();
   app.add_flag("--log_device_placement", c.log_device_placement, "Print where every node runs");
   app.add_option("--strategy", flags.strategy, "allreduce | central")->capture_default_str();
   app.add_option("--bucket_mb", c.bucket_mb, "All-reduce bucket size in MB")->capture_default_str();

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <utility>
@@ -64,10 +65,11 @@ Tensor reorder(const Value& value, Tensor t, const Layout& from, const Layout& t
 // plain. Inputs and outputs are converted where the kernel reads or writes another layout (the
 // CPU convolutions' blocked ones), as the runtime does. The default stream orders the kernels and
 // the copies.
-std::vector<Tensor> run_kernel(const Node& node, Device device, const std::vector<Tensor>& inputs) {
+std::vector<Tensor> run_kernel(const Node& node, Device device, const std::vector<Tensor>& inputs,
+                               bool deterministic = true) {
   const KernelFactory* factory = find_kernel(node.op, device.kind);
   if (factory == nullptr) fail("no {} kernel for {}", device.to_string(), node.op);
-  std::unique_ptr<Kernel> kernel = (*factory)(node, KernelContext{device, 1, nullptr, {}});
+  std::unique_ptr<Kernel> kernel = (*factory)(node, KernelContext{device, 1, nullptr, {}, deterministic});
   Buffers buffers;
   KernelIO io;
   io.step = 7;  // any step: keys the dropout mask
@@ -323,6 +325,28 @@ TEST(CudaKernelsTest, EveryCaseRunsOnTheCpu) {
   }
 }
 
+// The GPU outputs against the CPU ones: class indices exactly, floats within `tolerance` relative
+// to max(1, |cpu value|).
+void expect_close(const std::vector<Tensor>& cpu, const std::vector<Tensor>& cuda, double tolerance,
+                  const std::string& op) {
+  for (size_t o = 0; o < cpu.size(); ++o) {
+    if (cpu[o].dtype() == DType::i32) {
+      const int32_t* a = cpu[o].data<int32_t>();
+      const int32_t* g = cuda[o].data<int32_t>();
+      int64_t differ = 0;
+      for (int64_t i = 0; i < cpu[o].numel(); ++i) differ += a[i] != g[i];
+      EXPECT_EQ(differ, 0) << op << " output " << o;
+      continue;
+    }
+    const float* a = cpu[o].data<float>();
+    const float* g = cuda[o].data<float>();
+    double worst = 0;
+    for (int64_t i = 0; i < cpu[o].numel(); ++i)
+      worst = std::max(worst, std::fabs(double(a[i]) - g[i]) / std::max(1.0, std::fabs(double(a[i]))));
+    EXPECT_LE(worst, tolerance) << op << " output " << o;
+  }
+}
+
 TEST(CudaKernelsTest, EveryGpuKernelMatchesTheCpuKernel) {
   std::string why;
   if (!have_gpu(why)) GTEST_SKIP() << why;
@@ -331,25 +355,25 @@ TEST(CudaKernelsTest, EveryGpuKernelMatchesTheCpuKernel) {
   for (const Case& c : cases()) {
     SCOPED_TRACE(c.name);
     Built b = build(c, seed);
-    const Node& node = *b.node;
-    std::vector<Tensor> cpu = run_kernel(node, Device{}, b.inputs);
-    std::vector<Tensor> cuda = run_kernel(node, gpu, b.inputs);
-    for (size_t o = 0; o < cpu.size(); ++o) {
-      if (cpu[o].dtype() == DType::i32) {
-        const int32_t* a = cpu[o].data<int32_t>();
-        const int32_t* g = cuda[o].data<int32_t>();
-        int64_t differ = 0;
-        for (int64_t i = 0; i < cpu[o].numel(); ++i) differ += a[i] != g[i];
-        EXPECT_EQ(differ, 0) << node.op << " output " << o;
-        continue;
-      }
-      const float* a = cpu[o].data<float>();
-      const float* g = cuda[o].data<float>();
-      double worst = 0;
-      for (int64_t i = 0; i < cpu[o].numel(); ++i)
-        worst = std::max(worst, std::fabs(double(a[i]) - g[i]) / std::max(1.0, std::fabs(double(a[i]))));
-      EXPECT_LE(worst, c.tolerance) << node.op << " output " << o;
-    }
+    expect_close(run_kernel(*b.node, Device{}, b.inputs), run_kernel(*b.node, gpu, b.inputs), c.tolerance, b.node->op);
+  }
+}
+
+// --no-deterministic lets cuDNN choose its fastest convolutions (some accumulate with atomics):
+// still the CPU's results within tolerance. The deterministic ones repeat bit for bit.
+TEST(CudaKernelsTest, ConvolutionAlgorithmsInBothModes) {
+  std::string why;
+  if (!have_gpu(why)) GTEST_SKIP() << why;
+  const Device gpu{DeviceKind::cuda, 0};
+  uint64_t seed = 1;
+  for (const Case& c : cases()) {
+    Built b = build(c, seed);
+    if (c.name.rfind("conv2d", 0) != 0) continue;
+    SCOPED_TRACE(c.name);
+    const std::vector<Tensor> cpu = run_kernel(*b.node, Device{}, b.inputs);
+    expect_close(cpu, run_kernel(*b.node, gpu, b.inputs, false), c.tolerance, b.node->op);
+    const std::vector<Tensor> first = run_kernel(*b.node, gpu, b.inputs), second = run_kernel(*b.node, gpu, b.inputs);
+    EXPECT_EQ(std::memcmp(first[0].raw_data(), second[0].raw_data(), first[0].nbytes()), 0) << b.node->op;
   }
 }
 

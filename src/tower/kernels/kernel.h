@@ -65,6 +65,9 @@ struct KernelContext {
   int num_threads = 1;                // the device's thread team size
   void* stream = nullptr;             // CUDA: the tower's cudaStream_t, on which kernels run
   std::vector<Layout> input_layouts;  // how each input arrives (empty: all plain)
+  // Only algorithms that give the same bits run after run (CPU kernels always do; cuDNN offers
+  // faster ones that accumulate with atomics).
+  bool deterministic = true;
 
   const Layout& input_layout(size_t i) const {
     static const Layout plain;

@@ -100,7 +100,9 @@ DataParallel::DataParallel(const Shape& example_shape, int64_t global_batch,
       t.device_vars->copy_from(*vars);
       vars = t.device_vars.get();
     }
-    t.program = std::make_unique<Program>(graph_, fetches, *vars, ProgramOptions{t.device, t.threads},
+    ProgramOptions program_options{t.device, t.threads};
+    program_options.deterministic = options.deterministic;
+    t.program = std::make_unique<Program>(graph_, fetches, *vars, program_options,
                                           i == 0 ? t.outputs.updates : std::vector<Value>{});
     t.worker = std::make_unique<ThreadPool>(1);
     if (t.device.kind != DeviceKind::cpu) {

@@ -172,7 +172,7 @@ Program::Program(const Graph& graph, std::vector<Value> fetches, VariableStore& 
       if (factory == nullptr)
         fail("{} ({}): no kernel for op {} on {}", node.name, node.op, node.op,
              options.device.to_string());
-      KernelContext context{options.device, options.num_threads, m.stream, {}};
+      KernelContext context{options.device, options.num_threads, m.stream, {}, options.deterministic};
       for (const Value& in : node.inputs)
         context.input_layouts.push_back(
             m.buffers[static_cast<size_t>(m.versions.at(Impl::key(in)).front())].layout);

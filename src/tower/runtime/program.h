@@ -22,6 +22,7 @@ struct ProgramOptions {
   // kernel-by-kernel engine (for comparison; the environment variable TOWER_LAYOUTS=plain also
   // turns it off).
   bool propagate_layouts = true;
+  bool deterministic = true;  // KernelContext::deterministic
 };
 
 struct ProgramStats {

@@ -107,7 +107,7 @@ std::vector<std::pair<std::string, std::string>> rank_fields(const TrainConfig& 
       {"--epsilon", fmt::format("{}", o.epsilon)}, {"--lr", fmt::format("{}", c.lr)},
       {"--lr_schedule", c.lr_schedule}, {"--clip_norm", fmt::format("{}", c.clip_norm)},
       {"--ema_decay", fmt::format("{}", c.ema_decay)}, {"--seed", std::to_string(c.seed)},
-      {"--resume_from", c.resume_from}};
+      {"--resume_from", c.resume_from}, {"--deterministic", fmt::format("{}", c.deterministic)}};
   return fields;
 }
 
@@ -193,6 +193,7 @@ TrainResult train(const TrainConfig& config, Communicator& comm) {
   dp_options.strategy = config.strategy;
   dp_options.bucket_bytes = static_cast<size_t>(config.bucket_mb * 1024 * 1024);
   dp_options.seed = config.seed;
+  dp_options.deterministic = config.deterministic;
   DataParallel dp(pipeline.image_shape(), local_batch, tower_fn, dp_options);
   if (config.log_device_placement && chief)
     for (int t = 0; t < dp.num_towers(); ++t) std::fputs(dp.program(t).placement_log().c_str(), stderr);

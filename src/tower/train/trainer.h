@@ -45,6 +45,7 @@ struct TrainConfig {
   std::string resume_from;      // a checkpoint prefix to resume from explicitly
   bool summaries = true;        // TensorBoard event files
   double comm_timeout = 300;    // seconds a rank waits for the others before the job stops
+  bool deterministic = true;    // bitwise-repeatable kernels only (matters on GPUs)
 };
 
 struct TrainResult {

@@ -1,6 +1,6 @@
 // Conv2D and its adjoints with cuDNN: descriptors, algorithm and workspace are chosen once when
-// the kernel is built (deterministic algorithms only, FP32 math without TF32, so results track
-// the CPU kernel). cuDNN pads symmetrically; when TensorFlow's SAME padding puts one more pixel
+// the kernel is built (FP32 math without TF32, so results track the CPU kernel; deterministic
+// algorithms only unless the context allows others). cuDNN pads symmetrically; when TensorFlow's SAME padding puts one more pixel
 // after, the image is padded explicitly in scratch and the convolution runs unpadded.
 #include <algorithm>
 
@@ -16,7 +16,8 @@ size_t align(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 class ConvKernel : public Kernel {
  public:
-  ConvKernel(const Node& node, const KernelContext& context, Mode mode) : mode_(mode), stream_(stream_of(context)) {
+  ConvKernel(const Node& node, const KernelContext& context, Mode mode)
+      : mode_(mode), stream_(stream_of(context)), deterministic_(context.deterministic) {
     use_device(context.device);
     const ops::Conv2DAttrs& attrs = mode == Mode::forward ? node.attr<ops::Conv2DAttrs>()
                                                           : node.attr<ops::Conv2DBackpropAttrs>().conv;
@@ -105,19 +106,21 @@ class ConvKernel : public Kernel {
     return padded;
   }
 
-  // cuDNN's heuristics, best first: the first deterministic algorithm that fits.
+  // cuDNN's heuristics, best first: the first algorithm that works (and is deterministic when
+  // asked).
   void choose_algorithm() {
     constexpr int kMax = 16;
     int found = 0;
     auto pick = [&](const auto* perf, auto& algo) {
       for (int i = 0; i < found; ++i)
-        if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].determinism == CUDNN_DETERMINISTIC) {
+        if (perf[i].status == CUDNN_STATUS_SUCCESS &&
+            (!deterministic_ || perf[i].determinism == CUDNN_DETERMINISTIC)) {
           algo = perf[i].algo;
           workspace_bytes_ = align(perf[i].memory);
           return;
         }
-      fail("cuDNN offers no deterministic algorithm for this convolution (x {}, w {})", x_.to_string(),
-           w_.to_string());
+      fail("cuDNN offers no {}algorithm for this convolution (x {}, w {})", deterministic_ ? "deterministic " : "",
+           x_.to_string(), w_.to_string());
     };
     if (mode_ == Mode::forward) {
       cudnnConvolutionFwdAlgoPerf_t perf[kMax];
@@ -139,6 +142,7 @@ class ConvKernel : public Kernel {
 
   Mode mode_;
   cudaStream_t stream_;
+  bool deterministic_;
   Shape x_, w_;
   bool explicit_pad_ = false;
   int64_t top_ = 0, left_ = 0, padded_h_ = 0, padded_w_ = 0;

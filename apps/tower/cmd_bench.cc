@@ -106,7 +106,8 @@ void run_bench(const Flags& flags) {
     DataParallelOptions options;
     options.devices.clear();
     for (int i = 0; i < flags.num_devices; ++i) options.devices.push_back({DeviceKind::cpu, i});
-    if (!flags.devices.empty()) options.devices = resolve_devices(parse_device_list(flags.devices), false);
+    if (!flags.devices.empty())
+      options.devices = resolve_devices(rank_devices(parse_device_list(flags.devices), comm.local_rank()), false);
     options.threads = split_cores(cores, static_cast<int>(options.devices.size()));
     options.strategy = parse_strategy(flags.strategy);
     options.seed = 1;

@@ -251,5 +251,15 @@ TEST(DataParallelTest, MissingGpuNeedsSoftPlacement) {
   EXPECT_EQ(placed[0].kind, DeviceKind::cpu);
 }
 
+// Ranks sharing a machine take GPUs of their own; CPU towers are left as they are.
+TEST(DataParallelTest, RanksOnOneMachineTakeTheirOwnGpus) {
+  const std::vector<Device> two = {{DeviceKind::cuda, 0}, {DeviceKind::cuda, 1}};
+  EXPECT_EQ(rank_devices(two, 0), two);
+  const std::vector<Device> third = {{DeviceKind::cuda, 4}, {DeviceKind::cuda, 5}};
+  EXPECT_EQ(rank_devices(two, 2), third);
+  const std::vector<Device> cpus = {{DeviceKind::cpu, 0}, {DeviceKind::cpu, 1}};
+  EXPECT_EQ(rank_devices(cpus, 3), cpus);
+}
+
 }  // namespace
 }  // namespace tower

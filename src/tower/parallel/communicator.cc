@@ -25,6 +25,7 @@ class SingleCommunicator : public Communicator {
   int rank() const override { return 0; }
   int size() const override { return 1; }
   int local_size() const override { return 1; }
+  int local_rank() const override { return 0; }
   std::string_view backend() const override { return "single"; }
   void allreduce_sum(float*, int64_t) override {}
   void broadcast(void*, size_t, int) override {}
@@ -48,6 +49,7 @@ class ThreadCommunicator : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return static_cast<int>(group_->slots.size()); }
   int local_size() const override { return size(); }
+  int local_rank() const override { return rank_; }
   std::string_view backend() const override { return "threads"; }
 
   void allreduce_sum(float* data, int64_t count) override {

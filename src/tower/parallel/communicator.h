@@ -24,6 +24,7 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual int local_size() const = 0;  // ranks on this machine (they share its cores)
+  virtual int local_rank() const = 0;  // this rank's place among them
   virtual std::string_view backend() const = 0;  // "single" | "mpi"
 
   // In place: data[i] becomes the sum over ranks; every rank gets the same bits.

@@ -123,9 +123,16 @@ DataParallel::DataParallel(const Shape& example_shape, int64_t global_batch,
     weights.push_back(static_cast<float>(t.batch) /
                       static_cast<float>(global_batch * comm_->size()));
   }
-  if (nccl_)
-    reducer_ = make_nccl_reducer(std::move(grad_buffers), std::move(weights), options.bucket_bytes, comm_);
-  else if (options.strategy == Strategy::central)
+#ifdef TOWER_HAVE_NCCL
+  if (nccl_) {
+    std::vector<void*> streams;
+    for (const Tower& t : towers_) streams.push_back(t.program->stream());
+    reducer_ = make_nccl_reducer(std::move(grad_buffers), std::move(weights), std::move(streams),
+                                 options.bucket_bytes, comm_);
+    return;
+  }
+#endif
+  if (options.strategy == Strategy::central)
     reducer_ = make_central_reducer(std::move(grad_buffers), std::move(weights), comm_);
   else
     reducer_ = make_allreduce_reducer(std::move(grad_buffers), std::move(weights), options.bucket_bytes, comm_);
@@ -175,7 +182,11 @@ StepResult DataParallel::step(const Tensor& images, const Tensor& labels, uint64
       if (!error) error = std::current_exception();
     }
   }
-  reducer_->finish();
+  try {
+    reducer_->finish();
+  } catch (...) {
+    if (!error) throw;  // a tower's own error says more
+  }
   if (error) std::rethrow_exception(error);
   // The graph's own updates (moving averages) ran on tower 0: bring them to the host (after all
   // towers are done, since they read the host replicas when they start).
@@ -220,13 +231,17 @@ void DataParallel::copy_inputs(Tower& t, const Tensor& images, const Tensor& lab
 }
 
 // On the tower's worker thread: (staged) refresh its variables from the host replica, run forward
-// and backward, and hand each gradient to the reducer as it is ready.
+// and backward, and hand each gradient to the reducer as it is ready. NCCL takes the gradients
+// from the device, ordered after their kernels on the GPU; host copies wait for the kernels.
 void DataParallel::run_tower(Tower& t, int index, uint64_t step) {
+  if (t.device.kind != DeviceKind::cpu) device_ops(t.device.kind).make_current(t.device.index);
   if (staged_) t.device_vars->copy_from(*replicas_[static_cast<size_t>(t.replica)]);
   const int first_grad = 1 + static_cast<int>(t.outputs.metrics.size());
   t.program->run(step, [&](int fetch) {
-    if (staged_ && !(nccl_ && fetch >= first_grad))  // NCCL takes gradients from the device
+    if (staged_ && !(nccl_ && fetch >= first_grad)) {
+      t.program->synchronize();
       t.staged[static_cast<size_t>(fetch)].copy_from(t.program->output(fetch));
+    }
     if (fetch >= first_grad) reducer_->ready(index, fetch - first_grad);
   });
 }
@@ -243,6 +258,15 @@ bool DataParallel::replicas_identical() const {
       if (std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) != 0) return false;
     }
   return true;
+}
+
+std::vector<Device> rank_devices(const std::vector<Device>& requested, int local_rank) {
+  int gpus = 0;
+  for (const Device& d : requested) gpus += d.kind == DeviceKind::cuda ? 1 : 0;
+  std::vector<Device> result = requested;
+  for (Device& d : result)
+    if (d.kind == DeviceKind::cuda) d.index += local_rank * gpus;
+  return result;
 }
 
 std::vector<Device> resolve_devices(const std::vector<Device>& requested, bool allow_soft_placement) {

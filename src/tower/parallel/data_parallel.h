@@ -111,6 +111,11 @@ class DataParallel {
   std::vector<std::string> non_trainable_;  // variables the graph updates (moving averages)
 };
 
+// With several ranks on one machine each takes GPUs of its own: the cuda:N a rank asks for are
+// counted from local_rank * (the number of GPUs it asks for), so that `mpirun -np 8 tower train
+// --num_gpus 1` puts one rank on each of 8 GPUs. CPU devices are returned as they are.
+std::vector<Device> rank_devices(const std::vector<Device>& requested, int local_rank);
+
 // Resolves requested devices for this machine: "cuda:N" that does not exist is an error, or with
 // allow_soft_placement a CPU device (and a warning line on stderr).
 std::vector<Device> resolve_devices(const std::vector<Device>& requested, bool allow_soft_placement);

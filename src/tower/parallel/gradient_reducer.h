@@ -71,10 +71,11 @@ std::unique_ptr<GradientReducer> make_allreduce_reducer(std::vector<std::vector<
 std::vector<std::vector<int>> make_buckets(const std::vector<Tensor>& grads, size_t bucket_bytes);
 // The bucket sizes in bytes, in reduction order (for benchmarks and the scaling model).
 std::vector<size_t> bucket_sizes(const std::vector<Tensor>& grads, size_t bucket_bytes);
-// GPU towers (builds with NCCL): grads are device buffers; the sums go over NCCL between all GPUs
-// of all ranks and come back to one host copy per tower for the optimizer.
+// GPU towers (builds with NCCL): grads are device buffers written on streams[tower] (ready() may
+// come as soon as the kernel is queued); the sums go over NCCL between all GPUs of all ranks and
+// come back to one host copy per tower for the optimizer.
 std::unique_ptr<GradientReducer> make_nccl_reducer(std::vector<std::vector<Tensor>> grads,
-                                                   std::vector<float> weights, size_t bucket_bytes,
-                                                   Communicator* comm);
+                                                   std::vector<float> weights, std::vector<void*> streams,
+                                                   size_t bucket_bytes, Communicator* comm);
 
 }  // namespace tower

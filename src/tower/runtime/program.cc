@@ -80,7 +80,16 @@ struct Program::Impl {
   std::string placement;
 
   ~Impl() {
-    if (stream != nullptr) device_ops(options.device.kind).destroy_stream(stream);
+    if (stream == nullptr) return;
+    // The kernels (cuDNN and cuBLAS handles bound to the stream) go first, on their GPU.
+    const DeviceOps& ops = device_ops(options.device.kind);
+    try {
+      ops.synchronize(stream);
+      ops.make_current(options.device.index);
+    } catch (const std::exception&) {  // a failed GPU: free what can be freed
+    }
+    steps.clear();
+    ops.destroy_stream(stream);
   }
   // Waits for the device's work (a no-op on CPU, where kernels return when done).
   void synchronize() const {
@@ -292,13 +301,14 @@ void Program::run(uint64_t step, const std::function<void(int)>& on_fetch_ready)
   for (Impl::Step& s : m.steps) {
     s.io.step = step;
     s.kernel->run(s.io);
-    if (on_fetch_ready && !s.ready_fetches.empty()) {
-      m.synchronize();
+    if (on_fetch_ready)
       for (int f : s.ready_fetches) on_fetch_ready(f);
-    }
   }
   m.synchronize();
 }
+
+void Program::synchronize() const { impl_->synchronize(); }
+void* Program::stream() const { return impl_->stream; }
 
 const ProgramStats& Program::stats() const { return impl_->stats; }
 std::string Program::placement_log() const { return impl_->placement; }

@@ -49,10 +49,16 @@ class Program {
   const Tensor& output(int fetch) const;
   int num_fetches() const;
 
-  // Runs the schedule on the calling thread. `on_fetch_ready(i)` is called as soon as fetches[i]
-  // is computed (gradient reducers start reducing while the backward pass goes on). On a GPU the
-  // kernels run on the program's own stream, and run() returns when they are done.
+  // Runs the schedule on the calling thread. `on_fetch_ready(i)` is called as soon as the kernel
+  // that computes fetches[i] has run (gradient reducers start reducing while the backward pass
+  // goes on). On a GPU the kernels are queued on the program's own stream(): the value is there
+  // for work queued behind it, and for the host after synchronize(). run() returns when the
+  // stream is done.
   void run(uint64_t step = 0, const std::function<void(int fetch)>& on_fetch_ready = {});
+  // Waits for the kernels queued so far (a no-op on CPU, where kernels return when done).
+  void synchronize() const;
+  // The GPU stream of this program's kernels; null on CPU.
+  void* stream() const;
 
   const ProgramStats& stats() const;
   // Prints "node -> device" for every scheduled node (--log_device_placement).

@@ -52,8 +52,9 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-std::vector<Device> choose_devices(const TrainConfig& config, int cores) {
-  if (!config.devices.empty()) return resolve_devices(config.devices, config.allow_soft_placement);
+std::vector<Device> choose_devices(const TrainConfig& config, int cores, const Communicator& comm) {
+  if (!config.devices.empty())
+    return resolve_devices(rank_devices(config.devices, comm.local_rank()), config.allow_soft_placement);
   int n = config.num_devices > 0 ? config.num_devices : cores;
   std::vector<Device> devices;
   for (int i = 0; i < n; ++i) devices.push_back(Device{DeviceKind::cpu, i});
@@ -118,7 +119,7 @@ TrainResult train(const TrainConfig& config, Communicator& comm) {
   const bool chief = comm.rank() == 0;  // the one writer
   comm.set_timeout(config.comm_timeout);
   const int cores = cores_per_rank(comm);
-  const std::vector<Device> devices = choose_devices(config, cores);
+  const std::vector<Device> devices = choose_devices(config, cores, comm);
   const int num_towers = static_cast<int>(devices.size());
   if (config.batch_size < 1) fail("--batch_size must be >= 1, got {}", config.batch_size);
   if (config.clip_norm < 0) fail("--clip_norm must be >= 0 (0: no clipping), got {}", config.clip_norm);

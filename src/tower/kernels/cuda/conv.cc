@@ -34,8 +34,15 @@ class ConvKernel : public Kernel {
     padded_h_ = x_[2] + (explicit_pad_ ? ph.before + ph.after : 0);
     padded_w_ = x_[3] + (explicit_pad_ ? pw.before + pw.after : 0);
 
-    TOWER_CUDA_CHECK(cudnnCreate(&handle_));
-    TOWER_CUDA_CHECK(cudnnSetStream(handle_, stream_));
+    handle_ = shared_handle(
+        stream_,
+        [this] {
+          cudnnHandle_t handle = nullptr;
+          TOWER_CUDA_CHECK(cudnnCreate(&handle));
+          TOWER_CUDA_CHECK(cudnnSetStream(handle, stream_));
+          return handle;
+        },
+        [](cudnnHandle_t handle) { cudnnDestroy(handle); });
     TOWER_CUDA_CHECK(cudnnCreateTensorDescriptor(&x_desc_));
     TOWER_CUDA_CHECK(cudnnCreateTensorDescriptor(&y_desc_));
     TOWER_CUDA_CHECK(cudnnCreateFilterDescriptor(&w_desc_));
@@ -59,7 +66,6 @@ class ConvKernel : public Kernel {
     cudnnDestroyFilterDescriptor(w_desc_);
     cudnnDestroyTensorDescriptor(y_desc_);
     cudnnDestroyTensorDescriptor(x_desc_);
-    cudnnDestroy(handle_);
   }
 
   // The padded image (when needed), then cuDNN's workspace.
@@ -74,21 +80,21 @@ class ConvKernel : public Kernel {
     switch (mode_) {
       case Mode::forward: {  // (x, w) -> y
         const float* x = pad(io.inputs[0].data<float>(), padded);
-        TOWER_CUDA_CHECK(cudnnConvolutionForward(handle_, &one, x_desc_, x, w_desc_, io.inputs[1].data<float>(),
+        TOWER_CUDA_CHECK(cudnnConvolutionForward(handle_.get(), &one, x_desc_, x, w_desc_, io.inputs[1].data<float>(),
                                                  conv_desc_, fwd_algo_, workspace, workspace_bytes_, &zero,
                                                  y_desc_, out));
         break;
       }
       case Mode::backward_data:  // (w, dy) -> dx
         TOWER_CUDA_CHECK(cudnnConvolutionBackwardData(
-            handle_, &one, w_desc_, io.inputs[0].data<float>(), y_desc_, io.inputs[1].data<float>(), conv_desc_,
+            handle_.get(), &one, w_desc_, io.inputs[0].data<float>(), y_desc_, io.inputs[1].data<float>(), conv_desc_,
             data_algo_, workspace, workspace_bytes_, &zero, x_desc_, explicit_pad_ ? padded : out));
         if (explicit_pad_)
           launch_crop(padded, out, x_[0] * x_[1], x_[2], x_[3], top_, left_, padded_h_, padded_w_, stream_);
         break;
       case Mode::backward_filter: {  // (x, dy) -> dw
         const float* x = pad(io.inputs[0].data<float>(), padded);
-        TOWER_CUDA_CHECK(cudnnConvolutionBackwardFilter(handle_, &one, x_desc_, x, y_desc_,
+        TOWER_CUDA_CHECK(cudnnConvolutionBackwardFilter(handle_.get(), &one, x_desc_, x, y_desc_,
                                                         io.inputs[1].data<float>(), conv_desc_, filter_algo_,
                                                         workspace, workspace_bytes_, &zero, w_desc_, out));
         break;
@@ -106,38 +112,48 @@ class ConvKernel : public Kernel {
     return padded;
   }
 
-  // cuDNN's heuristics, best first: the first algorithm that works (and is deterministic when
-  // asked).
+  // cuDNN's heuristics, best first: the first algorithm that works in plain FP32 (and is
+  // deterministic when asked); its workspace is asked for separately, the heuristics' figure
+  // being an estimate.
   void choose_algorithm() {
     constexpr int kMax = 16;
     int found = 0;
     auto pick = [&](const auto* perf, auto& algo) {
       for (int i = 0; i < found; ++i)
-        if (perf[i].status == CUDNN_STATUS_SUCCESS &&
+        if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].mathType != CUDNN_TENSOR_OP_MATH &&
+            perf[i].mathType != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION &&
             (!deterministic_ || perf[i].determinism == CUDNN_DETERMINISTIC)) {
           algo = perf[i].algo;
-          workspace_bytes_ = align(perf[i].memory);
           return;
         }
-      fail("cuDNN offers no {}algorithm for this convolution (x {}, w {})", deterministic_ ? "deterministic " : "",
-           x_.to_string(), w_.to_string());
+      fail("cuDNN offers no {}FP32 algorithm for this convolution (x {}, w {})",
+           deterministic_ ? "deterministic " : "", x_.to_string(), w_.to_string());
     };
+    cudnnHandle_t h = handle_.get();
+    size_t bytes = 0;
     if (mode_ == Mode::forward) {
       cudnnConvolutionFwdAlgoPerf_t perf[kMax];
-      TOWER_CUDA_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(handle_, x_desc_, w_desc_, conv_desc_, y_desc_,
-                                                              kMax, &found, perf));
+      TOWER_CUDA_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, x_desc_, w_desc_, conv_desc_, y_desc_, kMax,
+                                                              &found, perf));
       pick(perf, fwd_algo_);
+      TOWER_CUDA_CHECK(
+          cudnnGetConvolutionForwardWorkspaceSize(h, x_desc_, w_desc_, conv_desc_, y_desc_, fwd_algo_, &bytes));
     } else if (mode_ == Mode::backward_data) {
       cudnnConvolutionBwdDataAlgoPerf_t perf[kMax];
-      TOWER_CUDA_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(handle_, w_desc_, y_desc_, conv_desc_,
-                                                                   x_desc_, kMax, &found, perf));
+      TOWER_CUDA_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, w_desc_, y_desc_, conv_desc_, x_desc_, kMax,
+                                                                   &found, perf));
       pick(perf, data_algo_);
+      TOWER_CUDA_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(h, w_desc_, y_desc_, conv_desc_, x_desc_,
+                                                                    data_algo_, &bytes));
     } else {
       cudnnConvolutionBwdFilterAlgoPerf_t perf[kMax];
-      TOWER_CUDA_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle_, x_desc_, y_desc_, conv_desc_,
-                                                                     w_desc_, kMax, &found, perf));
+      TOWER_CUDA_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, x_desc_, y_desc_, conv_desc_, w_desc_, kMax,
+                                                                     &found, perf));
       pick(perf, filter_algo_);
+      TOWER_CUDA_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(h, x_desc_, y_desc_, conv_desc_, w_desc_,
+                                                                      filter_algo_, &bytes));
     }
+    workspace_bytes_ = align(bytes);
   }
 
   Mode mode_;
@@ -146,7 +162,7 @@ class ConvKernel : public Kernel {
   Shape x_, w_;
   bool explicit_pad_ = false;
   int64_t top_ = 0, left_ = 0, padded_h_ = 0, padded_w_ = 0;
-  cudnnHandle_t handle_ = nullptr;
+  std::shared_ptr<cudnnContext> handle_;
   cudnnTensorDescriptor_t x_desc_ = nullptr, y_desc_ = nullptr;
   cudnnFilterDescriptor_t w_desc_ = nullptr;
   cudnnConvolutionDescriptor_t conv_desc_ = nullptr;

@@ -3,7 +3,10 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <type_traits>
 #include <utility>
 
 #include "tower/kernels/cuda/launch.h"
@@ -16,6 +19,22 @@ inline cudaStream_t stream_of(const KernelContext& context) {
 }
 // Makes `device` current on the calling thread (kernels are built and run on tower threads).
 void use_device(const Device& device);
+
+// One library handle per stream, shared by the kernels that run on it (a cuDNN handle is slow to
+// create, a cuBLAS one reserves a workspace); the last of those kernels destroys it, before the
+// program destroys its stream. `create` returns a handle bound to the stream.
+template <typename Create, typename Destroy>
+auto shared_handle(cudaStream_t stream, Create create, Destroy destroy) {
+  using Pointee = std::remove_pointer_t<decltype(create())>;
+  static std::mutex mutex;
+  static std::map<cudaStream_t, std::weak_ptr<Pointee>> handles;
+  std::lock_guard<std::mutex> lock(mutex);
+  std::weak_ptr<Pointee>& slot = handles[stream];
+  if (std::shared_ptr<Pointee> handle = slot.lock()) return handle;
+  std::shared_ptr<Pointee> handle(create(), destroy);
+  slot = handle;
+  return handle;
+}
 
 // KernelIO is const in run(), but its output tensors are views meant for writing.
 template <typename T = float>

@@ -52,24 +52,35 @@ class MatMulKernel : public Kernel {
     m_ = static_cast<int>(y[0]);
     n_ = static_cast<int>(y[1]);
     k_ = static_cast<int>(ta_ ? a[0] : a[1]);
-    TOWER_CUDA_CHECK(cublas_.create(&handle_));
-    TOWER_CUDA_CHECK(cublas_.set_stream(handle_, stream_));
-    TOWER_CUDA_CHECK(cublas_.set_math_mode(handle_, CUBLAS_PEDANTIC_MATH));
+    handle_ = shared_handle(
+        stream_,
+        [this] {
+          cublasHandle_t handle = nullptr;
+          TOWER_CUDA_CHECK(cublas_.create(&handle));
+          TOWER_CUDA_CHECK(cublas_.set_stream(handle, stream_));
+          TOWER_CUDA_CHECK(cublas_.set_math_mode(handle, CUBLAS_PEDANTIC_MATH));
+          return handle;
+        },
+        [destroy = cublas_.destroy](cublasHandle_t handle) { destroy(handle); });
   }
-  ~MatMulKernel() override { cublas_.destroy(handle_); }
 
   void run(const KernelIO& io) override {
+    float* y = output_of(io);
+    if (m_ == 0 || n_ == 0) return;
+    if (k_ == 0) {  // an empty sum (cuBLAS wants leading dimensions >= 1)
+      TOWER_CUDA_CHECK(cudaMemsetAsync(y, 0, io.outputs[0].nbytes(), stream_));
+      return;
+    }
     const float one = 1.0f, zero = 0.0f;
-    TOWER_CUDA_CHECK(cublas_.sgemm(handle_, tb_ ? CUBLAS_OP_T : CUBLAS_OP_N, ta_ ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                 n_, m_, k_, &one, io.inputs[1].data<float>(), tb_ ? k_ : n_,
-                                 io.inputs[0].data<float>(), ta_ ? m_ : k_, &zero,
-                                 const_cast<Tensor&>(io.outputs[0]).data<float>(), n_));
+    TOWER_CUDA_CHECK(cublas_.sgemm(handle_.get(), tb_ ? CUBLAS_OP_T : CUBLAS_OP_N, ta_ ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                   n_, m_, k_, &one, io.inputs[1].data<float>(), tb_ ? k_ : n_,
+                                   io.inputs[0].data<float>(), ta_ ? m_ : k_, &zero, y, n_));
   }
 
  private:
   const Cublas& cublas_ = Cublas::get();
   cudaStream_t stream_;
-  cublasHandle_t handle_ = nullptr;
+  std::shared_ptr<cublasContext> handle_;
   bool ta_ = false, tb_ = false;
   int m_ = 0, n_ = 0, k_ = 0;
 };

@@ -26,8 +26,17 @@ void use_device(const Device& device) {
   if (device.kind == DeviceKind::cuda) TOWER_CUDA_CHECK(cudaSetDevice(device.index));
 }
 
+int device_of(const void* ptr) {
+  cudaPointerAttributes attributes{};
+  TOWER_CUDA_CHECK(cudaPointerGetAttributes(&attributes, ptr));
+  return attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged ? attributes.device : -1;
+}
+
 namespace {
 
+// Freed blocks are handed out again at once, without tracking streams: every tensor is freed
+// after the work that uses it is done (programs synchronize at the end of run() and before they
+// go; copies and fills complete before returning).
 class CachingAllocator {
  public:
   void* allocate(int index, size_t bytes) {
@@ -80,6 +89,13 @@ class CachingAllocator {
   std::map<int, std::multimap<size_t, void*>> free_;
 };
 
+// The GPU a stream belongs to (a stream is destroyed with its own GPU current).
+int stream_device(cudaStream_t stream) {
+  int device = -1;
+  TOWER_CUDA_CHECK(cudaStreamGetDevice(stream, &device));
+  return device;
+}
+
 CachingAllocator& caching_allocator() {
   static auto* allocator = new CachingAllocator();  // outlives tensors freed at exit
   return *allocator;
@@ -90,23 +106,31 @@ const bool registered = [] {
       DeviceKind::cuda,
       {.allocate = [](int index, size_t bytes) { return caching_allocator().allocate(index, bytes); },
        .deallocate = [](int index, void* ptr, size_t bytes) { caching_allocator().deallocate(index, ptr, bytes); },
-       // Copies and fills complete before returning: the towers' streams do not wait for the
-       // default stream, so nothing may still be in flight when a kernel reads the buffer.
+       // Copies and fills run on the default stream of the GPU that holds the memory (whichever
+       // GPU the calling thread has current) and complete before returning: the towers' streams
+       // do not wait for the default stream, so nothing may still be in flight when a kernel
+       // reads the buffer.
        .copy = [](void* dst, const void* src, size_t bytes) {
+         const int dst_device = device_of(dst);
+         DeviceGuard guard(dst_device >= 0 ? dst_device : device_of(src));
          TOWER_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, nullptr));
          TOWER_CUDA_CHECK(cudaStreamSynchronize(nullptr));
        },
        .zero = [](void* ptr, size_t bytes) {
+         DeviceGuard guard(device_of(ptr));
          TOWER_CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes, nullptr));
          TOWER_CUDA_CHECK(cudaStreamSynchronize(nullptr));
        },
        .create_stream = [](int index) -> void* {
-         TOWER_CUDA_CHECK(cudaSetDevice(index));
+         DeviceGuard guard(index);
          cudaStream_t stream = nullptr;
          TOWER_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
          return stream;
        },
-       .destroy_stream = [](void* stream) { cudaStreamDestroy(static_cast<cudaStream_t>(stream)); },
+       .destroy_stream = [](void* stream) {
+         DeviceGuard guard(stream_device(static_cast<cudaStream_t>(stream)));
+         cudaStreamDestroy(static_cast<cudaStream_t>(stream));
+       },
        .synchronize = [](void* stream) {
          TOWER_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
        },

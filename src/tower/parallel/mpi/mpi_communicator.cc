@@ -35,6 +35,7 @@ class MpiCommunicator : public Communicator {
     check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local),
           "MPI_Comm_split_type");
     MPI_Comm_size(local, &local_size_);
+    MPI_Comm_rank(local, &local_rank_);
     MPI_Comm_free(&local);
     watchdog_ = std::thread([this] { watch(); });
   }
@@ -42,6 +43,7 @@ class MpiCommunicator : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   int local_size() const override { return local_size_; }
+  int local_rank() const override { return local_rank_; }
   std::string_view backend() const override { return "mpi"; }
 
   void allreduce_sum(float* data, int64_t count) override {
@@ -143,7 +145,7 @@ class MpiCommunicator : public Communicator {
   }
 
   MPI_Comm comm_ = MPI_COMM_NULL;
-  int rank_ = 0, size_ = 1, local_size_ = 1;
+  int rank_ = 0, size_ = 1, local_size_ = 1, local_rank_ = 0;
   std::thread watchdog_;
   std::mutex mutex_;
   std::condition_variable cv_;

@@ -1,15 +1,18 @@
 // The NCCL reducer of GPU towers: each tower's gradients are gathered, scaled by its share of the
-// global batch, into a flat device buffer in bucket order on the tower's communication stream;
+// global batch, into a flat device buffer in bucket order on the tower's communication stream
+// (which waits, through an event, for the kernel that wrote the gradient on the compute stream);
 // as soon as every local tower has a bucket, one grouped ncclAllReduce sums it over all GPUs of
 // all ranks (one NCCL communicator per tower; the NCCL id travels over the job's Communicator),
-// and the sum is copied to the tower's host replica for the optimizer. Buckets are launched in
-// the same order everywhere, as NCCL requires.
+// and the sum is copied into the tower's page-locked host buffer for the optimizer. Buckets are
+// launched in the same order everywhere, as NCCL requires.
 #include <cuda_runtime.h>
 #include <nccl.h>
 
 #include <chrono>
+#include <exception>
 #include <mutex>
 
+#include "tower/core/allocator.h"
 #include "tower/kernels/cuda/launch.h"
 #include "tower/parallel/gradient_reducer.h"
 
@@ -22,23 +25,24 @@ void check_nccl(ncclResult_t status, const char* call) {
 #define TOWER_NCCL_CHECK(call) check_nccl((call), #call)
 
 using Clock = std::chrono::steady_clock;
+using cuda::DeviceGuard;
 
-// Makes a GPU current for a scope: the callers are tower threads that must get their own back.
-struct DeviceGuard {
-  explicit DeviceGuard(int device) {
-    TOWER_CUDA_CHECK(cudaGetDevice(&previous));
-    TOWER_CUDA_CHECK(cudaSetDevice(device));
+// ncclGroupStart() for a scope: the group is closed even when a call inside it throws.
+struct NcclGroup {
+  NcclGroup() { TOWER_NCCL_CHECK(ncclGroupStart()); }
+  ~NcclGroup() noexcept(false) {
+    const ncclResult_t status = ncclGroupEnd();
+    if (std::uncaught_exceptions() == 0) check_nccl(status, "ncclGroupEnd()");
   }
-  ~DeviceGuard() { cudaSetDevice(previous); }
-  int previous = 0;
 };
 
 class NcclReducer : public GradientReducer {
  public:
-  NcclReducer(std::vector<std::vector<Tensor>> grads, std::vector<float> weights, size_t bucket_bytes,
-              Communicator* comm)
+  NcclReducer(std::vector<std::vector<Tensor>> grads, std::vector<float> weights, std::vector<void*> streams,
+              size_t bucket_bytes, Communicator* comm)
       : grads_(std::move(grads)), weights_(std::move(weights)) {
     const size_t towers = grads_.size();
+    TOWER_CHECK(towers > 0 && !grads_[0].empty() && streams.size() == towers);
     bucket_of_.assign(grads_[0].size(), 0);
     offset_of_.assign(grads_[0].size(), 0);
     for (std::vector<int>& variables : make_buckets(grads_[0], bucket_bytes)) {
@@ -61,27 +65,35 @@ class NcclReducer : public GradientReducer {
     if (comm != nullptr) comm->broadcast(&id, sizeof(id), 0);
     const int world = ranks * static_cast<int>(towers);
     towers_.resize(towers);
-    TOWER_NCCL_CHECK(ncclGroupStart());
     for (size_t t = 0; t < towers; ++t) {
       Tower& tw = towers_[t];
       tw.device = grads_[t][0].device().index;
+      tw.compute = static_cast<cudaStream_t>(streams[t]);
       DeviceGuard guard(tw.device);
       TOWER_CUDA_CHECK(cudaStreamCreateWithFlags(&tw.stream, cudaStreamNonBlocking));
+      TOWER_CUDA_CHECK(cudaEventCreateWithFlags(&tw.produced, cudaEventDisableTiming));
       tw.flat = Tensor(Shape{total_}, DType::f32, grads_[t][0].device());
-      tw.host = Tensor(Shape{total_}, DType::f32);
+      // Page-locked, so that the copies of the sums do not hold the tower threads.
+      tw.host = static_cast<float*>(device_ops(DeviceKind::cuda).host_alloc(static_cast<size_t>(total_) * sizeof(float)));
       for (size_t v = 0; v < grads_[t].size(); ++v)
-        tw.results.push_back(Tensor::wrap(tw.host.data<float>() + offset_of_[v], grads_[t][v].shape(), DType::f32));
+        tw.results.push_back(Tensor::wrap(tw.host + offset_of_[v], grads_[t][v].shape(), DType::f32));
+    }
+    NcclGroup group;
+    for (size_t t = 0; t < towers; ++t) {
+      Tower& tw = towers_[t];
+      DeviceGuard guard(tw.device);
       TOWER_NCCL_CHECK(ncclCommInitRank(&tw.nccl, world, id, rank * static_cast<int>(towers) + static_cast<int>(t)));
     }
-    TOWER_NCCL_CHECK(ncclGroupEnd());
   }
 
   ~NcclReducer() override {
     for (Tower& tw : towers_) {
-      cudaSetDevice(tw.device);
-      cudaStreamSynchronize(tw.stream);
-      ncclCommDestroy(tw.nccl);
-      cudaStreamDestroy(tw.stream);
+      DeviceGuard guard(tw.device);
+      if (tw.stream != nullptr) cudaStreamSynchronize(tw.stream);
+      if (tw.nccl != nullptr) ncclCommDestroy(tw.nccl);
+      if (tw.produced != nullptr) cudaEventDestroy(tw.produced);
+      if (tw.stream != nullptr) cudaStreamDestroy(tw.stream);
+      if (tw.host != nullptr) device_ops(DeviceKind::cuda).host_free(tw.host);
     }
   }
 
@@ -90,15 +102,18 @@ class NcclReducer : public GradientReducer {
     start_ = Clock::now();
     trace_ = {};
     next_ = 0;
+    aborted_ = false;
     for (Bucket& b : buckets_) b.staged.assign(towers_.size(), 0);
   }
 
-  // Called on the tower's thread once its program synchronized: the gradient is complete.
+  // Called on the tower's thread once the kernel writing the gradient is queued on its stream.
   void ready(int tower, int variable) override {
     Tower& tw = towers_[static_cast<size_t>(tower)];
     const size_t v = static_cast<size_t>(variable);
     DeviceGuard guard(tw.device);
-    // flat[offset..] = weight * grad, on the tower's communication stream.
+    // flat[offset..] = weight * grad, on the tower's communication stream, after the gradient.
+    TOWER_CUDA_CHECK(cudaEventRecord(tw.produced, tw.compute));
+    TOWER_CUDA_CHECK(cudaStreamWaitEvent(tw.stream, tw.produced, 0));
     cuda::launch_unary(cuda::Unary::scale, grads_[static_cast<size_t>(tower)][v].data<float>(),
                        tw.flat.data<float>() + offset_of_[v], grads_[static_cast<size_t>(tower)][v].numel(),
                        weights_[static_cast<size_t>(tower)], tw.stream);
@@ -108,7 +123,12 @@ class NcclReducer : public GradientReducer {
     launch_ready_buckets();
   }
 
-  void abort() override {}
+  // A failed tower: finish() then leaves the error to the caller. (Other ranks, if any, stay
+  // inside the collective until the job's watchdog stops the job.)
+  void abort() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    aborted_ = true;
+  }
 
   void finish() override {
     const auto t0 = Clock::now();
@@ -117,7 +137,7 @@ class NcclReducer : public GradientReducer {
       TOWER_CUDA_CHECK(cudaStreamSynchronize(tw.stream));
     }
     std::lock_guard<std::mutex> lock(mutex_);
-    if (next_ != buckets_.size()) fail("a tower stopped before all its gradients were reduced");
+    if (next_ != buckets_.size() && !aborted_) fail("a tower stopped before all its gradients were reduced");
     trace_.finish_wait_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   }
 
@@ -138,10 +158,12 @@ class NcclReducer : public GradientReducer {
   };
   struct Tower {
     int device = 0;
-    cudaStream_t stream = nullptr;
+    cudaStream_t compute = nullptr;   // the tower program's stream (not ours)
+    cudaStream_t stream = nullptr;    // communication
+    cudaEvent_t produced = nullptr;   // a gradient's kernel, recorded on compute
     ncclComm_t nccl = nullptr;
     Tensor flat;                  // device, bucket order
-    Tensor host;                  // the reduced gradients for the host optimizer
+    float* host = nullptr;        // page-locked: the reduced gradients for the host optimizer
     std::vector<Tensor> results;  // views of host per variable
   };
 
@@ -153,15 +175,17 @@ class NcclReducer : public GradientReducer {
         if (staged != b.variables.size()) return;
       if (trace_.first_reduce_start < 0)
         trace_.first_reduce_start = std::chrono::duration<double>(Clock::now() - start_).count();
-      TOWER_NCCL_CHECK(ncclGroupStart());  // NCCL sets each communicator's device itself
-      for (Tower& tw : towers_) {
-        float* data = tw.flat.data<float>() + b.offset;
-        TOWER_NCCL_CHECK(ncclAllReduce(data, data, static_cast<size_t>(b.numel), ncclFloat, ncclSum, tw.nccl, tw.stream));
+      {
+        NcclGroup group;  // NCCL sets each communicator's device itself
+        for (Tower& tw : towers_) {
+          float* data = tw.flat.data<float>() + b.offset;
+          TOWER_NCCL_CHECK(
+              ncclAllReduce(data, data, static_cast<size_t>(b.numel), ncclFloat, ncclSum, tw.nccl, tw.stream));
+        }
       }
-      TOWER_NCCL_CHECK(ncclGroupEnd());
       for (Tower& tw : towers_) {
         DeviceGuard guard(tw.device);
-        TOWER_CUDA_CHECK(cudaMemcpyAsync(tw.host.data<float>() + b.offset, tw.flat.data<float>() + b.offset,
+        TOWER_CUDA_CHECK(cudaMemcpyAsync(tw.host + b.offset, tw.flat.data<float>() + b.offset,
                                          static_cast<size_t>(b.numel) * sizeof(float), cudaMemcpyDeviceToHost,
                                          tw.stream));
       }
@@ -177,6 +201,7 @@ class NcclReducer : public GradientReducer {
   int64_t total_ = 0;
   std::vector<Tower> towers_;
   size_t next_ = 0;
+  bool aborted_ = false;
   mutable std::mutex mutex_;
   Clock::time_point start_;
   ReduceTrace trace_;
@@ -185,9 +210,10 @@ class NcclReducer : public GradientReducer {
 }  // namespace
 
 std::unique_ptr<GradientReducer> make_nccl_reducer(std::vector<std::vector<Tensor>> grads,
-                                                   std::vector<float> weights, size_t bucket_bytes,
-                                                   Communicator* comm) {
-  return std::make_unique<NcclReducer>(std::move(grads), std::move(weights), bucket_bytes, comm);
+                                                   std::vector<float> weights, std::vector<void*> streams,
+                                                   size_t bucket_bytes, Communicator* comm) {
+  return std::make_unique<NcclReducer>(std::move(grads), std::move(weights), std::move(streams), bucket_bytes,
+                                       comm);
 }
 
 }  // namespace tower

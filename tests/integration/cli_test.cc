@@ -61,7 +61,7 @@ TEST_F(CliTest, KilledAndResumedRunEndsBitwiseIdenticalToAnUninterruptedOne) {
 
   // Kill -9 somewhere in the middle, then run the same command again.
   pid_t pid = testing::spawn_tower(train_flags(dirs / "killed", steps), dirs / "killed.log");
-  for (int i = 0; i < 600 && checkpoint_list(dirs / "killed").size() < 3; ++i)
+  for (int i = 0; i < 3000 && checkpoint_list(dirs / "killed").size() < 3; ++i)  // up to a minute
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   kill(pid, SIGKILL);
   ASSERT_EQ(testing::wait_exit_code(pid), 128 + SIGKILL) << "the run ended before it was killed";

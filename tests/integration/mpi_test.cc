@@ -92,7 +92,8 @@ class MpiTest : public ::testing::Test {
   static std::pair<pid_t, std::vector<pid_t>> start_job(const std::string& dir, const std::string& flags,
                                                         size_t checkpoints) {
     pid_t job = testing::spawn_command(ranks_command(2, flags), dir + ".log");
-    for (int i = 0; i < 1500 && checkpoint_list(dir).size() < checkpoints; ++i)
+    // Up to a minute: a loaded machine (ctest -j) starts two ranks slowly.
+    for (int i = 0; i < 6000 && checkpoint_list(dir).size() < checkpoints; ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     return {job, children(job)};
   }
@@ -143,6 +144,7 @@ TEST_F(MpiTest, KillingOneRankEndsTheJobAndResumingIsBitwiseIdentical) {
 
   auto [job, ranks] = start_job(dirs / "killed", train_flags(dirs / "killed", 1, steps), 2);
   ASSERT_EQ(ranks.size(), 2u) << read_file(dirs / "killed.log");
+  ASSERT_FALSE(checkpoint_list(dirs / "killed").empty()) << "no checkpoint yet\n" << read_file(dirs / "killed.log");
   const auto killed_at = Clock::now();
   kill(ranks[1], SIGKILL);
   const int code = testing::wait_exit_code(job);

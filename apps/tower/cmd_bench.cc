@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -25,6 +26,7 @@ struct Flags {
   int threads = 0, num_devices = 1, steps = 10, windows = 5;
   double bucket_mb = 25;
   bool deterministic = true;
+  bool profile = false;
 };
 
 // Multiply-adds of the convolutions and matmuls (the rest is small next to them), times two.
@@ -66,6 +68,39 @@ double median_seconds_per_step(const Flags& flags, F&& fn) {
   }
   std::sort(windows.begin(), windows.end());
   return windows[windows.size() / 2];
+}
+
+// --profile: `steps` more steps with `program`'s kernels timed, then a table on stderr of the
+// time per op type and what the step spends outside the kernels.
+template <typename F>
+void print_profile(const Flags& flags, Program& program, F&& step) {
+  program.set_profiling(true);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < flags.steps; ++i) step();
+  const double step_ms = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() * 1e3 / flags.steps;
+  const std::vector<KernelTime> kernels = program.profile();
+  program.set_profiling(false);
+  struct Row {
+    int kernels = 0;
+    double ms = 0;
+  };
+  std::map<std::string, Row> by_op;
+  double kernels_ms = 0;
+  for (const KernelTime& k : kernels) {
+    Row& row = by_op[k.op];
+    ++row.kernels;
+    row.ms += k.seconds * 1e3 / flags.steps;
+    kernels_ms += k.seconds * 1e3 / flags.steps;
+  }
+  std::vector<std::pair<std::string, Row>> rows(by_op.begin(), by_op.end());
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.ms > b.second.ms; });
+  fmt::print(stderr, "profile of {} (tower 0), {} steps of {:.2f} ms:\n", flags.model, flags.steps, step_ms);
+  fmt::print(stderr, "  {:<36} {:>8} {:>9} {:>7}\n", "op", "kernels", "ms/step", "share");
+  for (const auto& [op, row] : rows)
+    fmt::print(stderr, "  {:<36} {:>8} {:>9.3f} {:>6.1f}%\n", op, row.kernels, row.ms, 100 * row.ms / step_ms);
+  fmt::print(stderr, "  {:<36} {:>8} {:>9.3f} {:>6.1f}%\n", "all kernels", "", kernels_ms, 100 * kernels_ms / step_ms);
+  fmt::print(stderr, "  {:<36} {:>8} {:>9.3f} {:>6.1f}%\n", "outside kernels", "", step_ms - kernels_ms,
+             100 * (step_ms - kernels_ms) / step_ms);
 }
 
 // Cross-rank all-reduce time by message size (the latency/bandwidth of the MPI transport), the
@@ -129,13 +164,14 @@ void run_bench(const Flags& flags) {
     }
     int64_t step = 0;
     std::vector<ReduceTrace> traces;
-    seconds = median_seconds_per_step(flags, [&] {
+    auto train_step = [&] {
       dp.step(images, labels, static_cast<uint64_t>(step));
       for (int r = 0; r < dp.num_replicas(); ++r)
         optimizers[static_cast<size_t>(r)]->apply(params[static_cast<size_t>(r)], 0.01f, step);
       traces.push_back(dp.reducer().trace());
       ++step;
-    });
+    };
+    seconds = median_seconds_per_step(flags, train_step);
     flops = graph_flops(dp.graph()) * comm.size();
     // Mean over the timed steps of: all work of the reducer threads, the time in cross-rank
     // collectives, and the part of the step spent waiting for the reduction after every tower had
@@ -147,6 +183,7 @@ void run_bench(const Flags& flags) {
       mean.comm_seconds += traces[i].comm_seconds / static_cast<double>(timed);
       mean.finish_wait_seconds += traces[i].finish_wait_seconds / static_cast<double>(timed);
     }
+    if (flags.profile) print_profile(flags, dp.program(0), train_step);
     std::vector<Tensor> grads;
     for (const auto& v : dp.trainable()) grads.emplace_back(v.value.shape(), DType::f32);
     extra = {{"strategy", flags.strategy},
@@ -169,6 +206,7 @@ void run_bench(const Flags& flags) {
     Program program(graph, {out.logits}, device_vars, {device, cores});
     program.input(x).copy_from(images);
     seconds = median_seconds_per_step(flags, [&] { program.run(); });
+    if (flags.profile) print_profile(flags, program, [&] { program.run(); });
     flops = graph_flops(graph);
   }
   rusage usage{};
@@ -201,6 +239,7 @@ CommandRegistrar registrar{{"bench", "Measure training or inference throughput o
   app.add_option("--num_devices", flags.num_devices, "Towers (train mode)")->capture_default_str()->check(positive);
   app.add_option("--devices", flags.devices, "Devices instead of CPU towers, e.g. cuda:0 or cuda:0,cuda:1");
   app.add_option("--strategy", flags.strategy, "allreduce | central")->capture_default_str();
+  app.add_flag("--profile", flags.profile, "Then time every kernel: a table of ms per op type on stderr");
   app.add_flag("--deterministic,!--no-deterministic", flags.deterministic,
                "Only bitwise-repeatable kernels (off lets cuDNN pick faster ones)")
       ->capture_default_str();

@@ -105,5 +105,34 @@ TEST(LayoutTest, EnvironmentVariableTurnsPropagationOff) {
   EXPECT_EQ(on.reorders, off.reorders);
 }
 
+// --profile's source: every scheduled kernel, reorders included, timed on every profiled run.
+TEST(LayoutTest, ProfilingTimesEveryKernelAndReorder) {
+  ChainGraph c;
+  Program program(c.graph, c.fetches, c.variables, {Device{}, 2});
+  program.input(c.images).copy_from(testing::random_tensor(Shape{4, 3, 12, 12}, 5));
+  program.run();
+  for (const KernelTime& k : program.profile()) EXPECT_EQ(k.runs, 0) << k.node;  // off by default
+  program.set_profiling(true);
+  program.run();
+  program.run();
+  const std::vector<KernelTime> profile = program.profile();
+  ASSERT_EQ(static_cast<int>(profile.size()), program.stats().num_kernels + program.stats().reorders);
+  double total = 0;
+  int reorders = 0, convolutions = 0;
+  for (const KernelTime& k : profile) {
+    EXPECT_EQ(k.runs, 2) << k.node;
+    EXPECT_GE(k.seconds, 0.0) << k.node;
+    total += k.seconds;
+    reorders += k.op == "Reorder";
+    convolutions += k.op == "Conv2D";
+  }
+  EXPECT_GT(total, 0.0);
+  EXPECT_EQ(reorders, program.stats().reorders);
+  EXPECT_EQ(convolutions, 3);
+  program.set_profiling(false);  // clears the times, and runs untimed
+  program.run();
+  for (const KernelTime& k : program.profile()) EXPECT_EQ(k.runs, 0) << k.node;
+}
+
 }  // namespace
 }  // namespace tower

@@ -110,7 +110,21 @@ using SimpleKernelFn = std::function<void(const Node& node, const KernelIO& io)>
 KernelFactory simple_kernel(SimpleKernelFn fn);
 
 // Sets the size of the calling thread's compute team (OpenMP), used by every kernel that the
-// thread runs afterwards. The runtime calls it before running a Program on a thread.
+// thread runs afterwards. The runtime calls it before running a Program on a thread, and while
+// it builds the kernels: oneDNN fixes a primitive's thread count when the primitive is created.
 void set_kernel_threads(int num_threads);
+int kernel_threads();  // the calling thread's team size
+
+// set_kernel_threads() for a scope: the thread gets its previous team size back.
+class KernelThreadsScope {
+ public:
+  explicit KernelThreadsScope(int num_threads) : previous_(kernel_threads()) { set_kernel_threads(num_threads); }
+  ~KernelThreadsScope() { set_kernel_threads(previous_); }
+  KernelThreadsScope(const KernelThreadsScope&) = delete;
+  KernelThreadsScope& operator=(const KernelThreadsScope&) = delete;
+
+ private:
+  int previous_;
+};
 
 }  // namespace tower

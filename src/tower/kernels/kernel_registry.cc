@@ -71,5 +71,6 @@ KernelFactory simple_kernel(SimpleKernelFn fn) {
 }
 
 void set_kernel_threads(int num_threads) { omp_set_num_threads(num_threads < 1 ? 1 : num_threads); }
+int kernel_threads() { return omp_get_max_threads(); }
 
 }  // namespace tower

@@ -74,6 +74,7 @@ class DataParallel {
   Tensor& gradient(int r, int v) { return reducer_->result(r, v); }
   const GradientReducer& reducer() const { return *reducer_; }
   const Program& program(int tower) const { return *towers_[static_cast<size_t>(tower)].program; }
+  Program& program(int tower) { return *towers_[static_cast<size_t>(tower)].program; }
   // Bitwise check that every replica holds the same trainable values (debug builds run it
   // after each update through the trainer).
   bool replicas_identical() const;

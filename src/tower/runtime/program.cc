@@ -1,6 +1,7 @@
 #include "tower/runtime/program.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <map>
 #include <set>
@@ -59,6 +60,9 @@ struct Program::Impl {
   };
   struct Step {
     const Node* node = nullptr;  // for a reorder, the node of the converted value
+    bool reorder = false;
+    double seconds = 0;  // profiling
+    int64_t runs = 0;
     std::unique_ptr<Kernel> kernel;
     std::vector<int> inputs, outputs;  // buffer indices
     KernelIO io;
@@ -77,6 +81,7 @@ struct Program::Impl {
   std::vector<int> source_fetches;  // fetches that are variables/placeholders
   Tensor arena;
   ProgramStats stats;
+  bool profiling = false;
   std::string placement;
 
   ~Impl() {
@@ -118,6 +123,7 @@ struct Program::Impl {
       fail("{}: no layout conversion on {}", v.name(), options.device.to_string());
     Step step;
     step.node = v.node;
+    step.reorder = true;
     step.kernel = (*factory)(v, buffers[static_cast<size_t>(from)].layout, layout);
     step.inputs = {from};
     step.outputs = {add_buffer(v, layout, static_cast<int>(steps.size()))};
@@ -131,6 +137,8 @@ Program::Program(const Graph& graph, std::vector<Value> fetches, VariableStore& 
                  ProgramOptions options, std::vector<Value> extra_targets)
     : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
+  // The kernels are made for the team that will run them (oneDNN primitives keep the size).
+  KernelThreadsScope threads(options.num_threads);
   if (const char* env = std::getenv("TOWER_LAYOUTS"); env != nullptr && std::string(env) == "plain")
     options.propagate_layouts = false;
   m.options = options;
@@ -300,7 +308,15 @@ void Program::run(uint64_t step, const std::function<void(int)>& on_fetch_ready)
     for (int f : m.source_fetches) on_fetch_ready(f);
   for (Impl::Step& s : m.steps) {
     s.io.step = step;
-    s.kernel->run(s.io);
+    if (m.profiling) {
+      const auto start = std::chrono::steady_clock::now();
+      s.kernel->run(s.io);
+      m.synchronize();
+      s.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      ++s.runs;
+    } else {
+      s.kernel->run(s.io);
+    }
     if (on_fetch_ready)
       for (int f : s.ready_fetches) on_fetch_ready(f);
   }
@@ -308,6 +324,18 @@ void Program::run(uint64_t step, const std::function<void(int)>& on_fetch_ready)
 }
 
 void Program::synchronize() const { impl_->synchronize(); }
+
+void Program::set_profiling(bool on) {
+  impl_->profiling = on;
+  for (Impl::Step& s : impl_->steps) s.seconds = 0, s.runs = 0;
+}
+
+std::vector<KernelTime> Program::profile() const {
+  std::vector<KernelTime> out;
+  for (const Impl::Step& s : impl_->steps)
+    out.push_back({s.node->name, s.reorder ? "Reorder" : s.node->op, s.seconds, s.runs});
+  return out;
+}
 void* Program::stream() const { return impl_->stream; }
 
 const ProgramStats& Program::stats() const { return impl_->stats; }

@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "tower/core/tensor.h"
@@ -23,6 +24,13 @@ struct ProgramOptions {
   // turns it off).
   bool propagate_layouts = true;
   bool deterministic = true;  // KernelContext::deterministic
+};
+
+// One scheduled kernel's time while profiling (Program::set_profiling), summed over runs.
+struct KernelTime {
+  std::string node, op;  // op "Reorder" for a layout conversion of the node's value
+  double seconds = 0;
+  int64_t runs = 0;
 };
 
 struct ProgramStats {
@@ -59,6 +67,11 @@ class Program {
   void synchronize() const;
   // The GPU stream of this program's kernels; null on CPU.
   void* stream() const;
+
+  // Times every kernel of the following runs (and clears the times so far). On a GPU each kernel
+  // is then waited for, which slows the program down; on CPU the cost is two clock reads.
+  void set_profiling(bool on);
+  std::vector<KernelTime> profile() const;  // in schedule order
 
   const ProgramStats& stats() const;
   // Prints "node -> device" for every scheduled node (--log_device_placement).

@@ -110,8 +110,8 @@ using SimpleKernelFn = std::function<void(const Node& node, const KernelIO& io)>
 KernelFactory simple_kernel(SimpleKernelFn fn);
 
 // Sets the size of the calling thread's compute team (OpenMP), used by every kernel that the
-// thread runs afterwards. The runtime calls it before running a Program on a thread, and while
-// it builds the kernels: oneDNN fixes a primitive's thread count when the primitive is created.
+// thread runs afterwards. Programs set their own (KernelThreadsScope) while they build their
+// kernels, since oneDNN fixes a primitive's thread count when it is created, and while they run.
 void set_kernel_threads(int num_threads);
 int kernel_threads();  // the calling thread's team size
 

@@ -302,7 +302,7 @@ int Program::num_fetches() const { return static_cast<int>(impl_->fetches.size()
 
 void Program::run(uint64_t step, const std::function<void(int)>& on_fetch_ready) {
   Impl& m = *impl_;
-  set_kernel_threads(m.options.num_threads);
+  KernelThreadsScope threads(m.options.num_threads);
   if (m.stream != nullptr) device_ops(m.options.device.kind).make_current(m.options.device.index);
   if (on_fetch_ready)
     for (int f : m.source_fetches) on_fetch_ready(f);

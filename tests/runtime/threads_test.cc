@@ -1,0 +1,43 @@
+// Kernels are built for the team that will run them: oneDNN fixes a primitive's thread count when
+// it is created, so a Program built on a thread with another team size must build its kernels
+// with its own (a 1-thread tower once ran its convolutions on every core).
+#include <gtest/gtest.h>
+
+#include "tower/graph/op_registry.h"
+#include "tower/kernels/kernel.h"
+#include "tower/runtime/program.h"
+
+namespace tower {
+namespace {
+
+int threads_at_creation = 0, threads_at_run = 0;
+
+// A test-only op whose kernel notes the team size when it is made and when it runs.
+OpRegistrar probe_op{{"ThreadsProbe", [](const Node& node) { return std::vector<TensorSpec>{node.inputs[0].spec()}; }}};
+KernelRegistrar probe_kernel{"ThreadsProbe", DeviceKind::cpu, [](const Node& node, const KernelContext& context) {
+  threads_at_creation = kernel_threads();
+  return simple_kernel([](const Node&, const KernelIO& io) {
+    threads_at_run = kernel_threads();
+    const_cast<Tensor&>(io.outputs[0]).copy_from(io.inputs[0]);
+  })(node, context);
+}};
+
+TEST(KernelThreadsTest, ProgramsBuildAndRunKernelsWithTheirOwnTeam) {
+  KernelThreadsScope caller(3);  // the building thread's own team
+  for (int threads : {1, 2}) {
+    Graph graph;
+    Scope scope(graph);
+    Value x = scope.placeholder("x", Shape{4});
+    Value y = scope.op("ThreadsProbe", {x});
+    VariableStore variables;
+    Program program(graph, {y}, variables, {Device{}, threads});
+    EXPECT_EQ(threads_at_creation, threads);
+    EXPECT_EQ(kernel_threads(), 3) << "the building thread keeps its team";
+    program.run();
+    EXPECT_EQ(threads_at_run, threads);
+    EXPECT_EQ(kernel_threads(), 3) << "and after a run";
+  }
+}
+
+}  // namespace
+}  // namespace tower

@@ -1,7 +1,8 @@
 // LRN across channels (TensorFlow semantics) on plain NCHW, written by hand: oneDNN 2.6 has no
 // fast kernel for NCHW with the CIFAR-10 window and falls back to a reference loop that took most
 // of the model's step time. Per image, the window sum over channels slides along C while each
-// step works on a whole H*W plane, so the inner loops are contiguous and vectorize.
+// step works on a whole H*W plane, so the inner loops are contiguous and vectorize: lrn_image is
+// compiled for AVX-512, AVX2 and the baseline, the CPU picking one at load time.
 //   d[c] = bias + alpha * sum_{|c'-c| <= r} x[c']^2,   y[c] = x[c] * d[c]^-beta
 //   dx[c] = dy[c] d[c]^-beta - 2 alpha beta x[c] sum_{|c'-c| <= r} dy[c'] x[c'] d[c']^(-beta-1)
 #include <omp.h>
@@ -17,19 +18,26 @@ namespace {
 // A count of floats rounded up so that the next buffer starts 64-byte aligned.
 constexpr size_t aligned_floats(size_t n) { return (n + 15) / 16 * 16; }
 
-// d^-beta, with the common exponents of LRN done without pow.
-inline float pow_neg(float d, float beta) {
-  if (beta == 0.75f) {
+#define TOWER_ALWAYS_INLINE [[gnu::always_inline]] inline
+
+// d^-beta, with the common exponents of LRN done without pow (a loop over one of these
+// vectorizes; one that chooses per element does not).
+enum class Exponent { three_quarters, half, any };
+template <Exponent kExponent>
+TOWER_ALWAYS_INLINE float pow_neg(float d, float beta) {
+  if constexpr (kExponent == Exponent::three_quarters) {
     float r = 1.0f / std::sqrt(d);
     return r * std::sqrt(r);
+  } else if constexpr (kExponent == Exponent::half) {
+    return 1.0f / std::sqrt(d);
+  } else {
+    return std::pow(d, -beta);
   }
-  if (beta == 0.5f) return 1.0f / std::sqrt(d);
-  return std::pow(d, -beta);
 }
 
 // out[c] = sum over c' in [c-r, c+r] (clipped to [0, C)) of in[c'], plane by plane, as a running
 // sum along the channels.
-void window_sum(const float* in, int64_t channels, int64_t plane, int64_t r, float* out) {
+TOWER_ALWAYS_INLINE void window_sum(const float* in, int64_t channels, int64_t plane, int64_t r, float* out) {
   for (int64_t i = 0; i < plane; ++i) out[i] = 0.0f;
   for (int64_t c = 0; c <= std::min(r, channels - 1); ++c)
     for (int64_t i = 0; i < plane; ++i) out[i] += in[c * plane + i];
@@ -43,11 +51,49 @@ void window_sum(const float* in, int64_t channels, int64_t plane, int64_t r, flo
 }
 
 // Fills d (C planes of `plane` floats) with bias + alpha * window sum of src over channels.
-void window_denominator(const float* x, int64_t channels, int64_t plane, const ops::LRNAttrs& a,
-                        float* sq, float* d) {
+TOWER_ALWAYS_INLINE void window_denominator(const float* x, int64_t channels, int64_t plane,
+                                           const ops::LRNAttrs& a, float* sq, float* d) {
   for (int64_t i = 0; i < channels * plane; ++i) sq[i] = x[i] * x[i];
   window_sum(sq, channels, plane, a.depth_radius, d);
   for (int64_t i = 0; i < channels * plane; ++i) d[i] = a.bias + a.alpha * d[i];
+}
+
+// One image: y = LRN(x), or (dy given) dx. `sq`, `d` and `t` are scratch of one image each.
+template <bool kBackward, Exponent kExponent>
+TOWER_ALWAYS_INLINE void lrn_image_body(const float* x, const float* dy, float* out, float* sq, float* d, float* t,
+                                        int64_t channels, int64_t plane, const ops::LRNAttrs& a) {
+  const int64_t image = channels * plane;
+  window_denominator(x, channels, plane, a, sq, d);
+  if constexpr (!kBackward) {
+    for (int64_t i = 0; i < image; ++i) out[i] = x[i] * pow_neg<kExponent>(d[i], a.beta);
+  } else {
+    for (int64_t i = 0; i < image; ++i) {
+      float p = pow_neg<kExponent>(d[i], a.beta);
+      t[i] = dy[i] * x[i] * p / d[i];
+      d[i] = p;  // d now holds d^-beta
+    }
+    window_sum(t, channels, plane, a.depth_radius, sq);
+    const float k = 2.0f * a.alpha * a.beta;
+    for (int64_t i = 0; i < image; ++i) out[i] = dy[i] * d[i] - k * x[i] * sq[i];
+  }
+}
+
+[[gnu::target_clones("avx512f", "avx2", "default")]] void lrn_image(const float* x, const float* dy, float* out,
+                                                                     float* sq, float* d, float* t,
+                                                                     int64_t channels, int64_t plane,
+                                                                     const ops::LRNAttrs& a) {
+  auto run = [&]<Exponent kExponent>() {
+    if (dy == nullptr)
+      lrn_image_body<false, kExponent>(x, dy, out, sq, d, t, channels, plane, a);
+    else
+      lrn_image_body<true, kExponent>(x, dy, out, sq, d, t, channels, plane, a);
+  };
+  if (a.beta == 0.75f)
+    run.template operator()<Exponent::three_quarters>();
+  else if (a.beta == 0.5f)
+    run.template operator()<Exponent::half>();
+  else
+    run.template operator()<Exponent::any>();
 }
 
 class LRNKernel : public Kernel {
@@ -73,23 +119,9 @@ class LRNKernel : public Kernel {
     for (int64_t n = 0; n < batch_; ++n) {
       float* sq = scratch + per_thread_ * static_cast<size_t>(omp_get_thread_num());
       float* d = sq + aligned_floats(static_cast<size_t>(image));
-      const float* xn = x + n * image;
-      float* on = out + n * image;
-      window_denominator(xn, channels_, plane_, attrs_, sq, d);
-      if (!backward_) {
-        for (int64_t i = 0; i < image; ++i) on[i] = xn[i] * pow_neg(d[i], attrs_.beta);
-        continue;
-      }
-      const float* dyn = dy + n * image;
-      float* t = d + aligned_floats(static_cast<size_t>(image));
-      for (int64_t i = 0; i < image; ++i) {
-        float p = pow_neg(d[i], attrs_.beta);
-        t[i] = dyn[i] * xn[i] * p / d[i];
-        d[i] = p;  // d now holds d^-beta
-      }
-      window_sum(t, channels_, plane_, attrs_.depth_radius, sq);
-      const float k = 2.0f * attrs_.alpha * attrs_.beta;
-      for (int64_t i = 0; i < image; ++i) on[i] = dyn[i] * d[i] - k * xn[i] * sq[i];
+      float* t = backward_ ? d + aligned_floats(static_cast<size_t>(image)) : nullptr;
+      lrn_image(x + n * image, backward_ ? dy + n * image : nullptr, out + n * image, sq, d, t, channels_, plane_,
+                attrs_);
     }
   }
 

@@ -89,13 +89,6 @@ class CachingAllocator {
   std::map<int, std::multimap<size_t, void*>> free_;
 };
 
-// The GPU a stream belongs to (a stream is destroyed with its own GPU current).
-int stream_device(cudaStream_t stream) {
-  int device = -1;
-  TOWER_CUDA_CHECK(cudaStreamGetDevice(stream, &device));
-  return device;
-}
-
 CachingAllocator& caching_allocator() {
   static auto* allocator = new CachingAllocator();  // outlives tensors freed at exit
   return *allocator;
@@ -127,9 +120,12 @@ const bool registered = [] {
          TOWER_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
          return stream;
        },
-       .destroy_stream = [](void* stream) {
-         DeviceGuard guard(stream_device(static_cast<cudaStream_t>(stream)));
+       .destroy_stream = [](void* stream) {  // called from destructors: throws nothing
+         int previous = 0, device = -1;
+         cudaGetDevice(&previous);
+         if (cudaStreamGetDevice(static_cast<cudaStream_t>(stream), &device) == cudaSuccess) cudaSetDevice(device);
          cudaStreamDestroy(static_cast<cudaStream_t>(stream));
+         cudaSetDevice(previous);
        },
        .synchronize = [](void* stream) {
          TOWER_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));

@@ -12,16 +12,20 @@ if ! $TOWER devices | grep -q "cuda:0"; then
   exit 0
 fi
 $TOWER devices
-printf "%-10s %6s %12s %10s %10s %12s\n" model batch images/s ms/step GFLOP/s "% of peak"
+printf "%-10s %6s %-16s %12s %10s %10s %12s\n" model batch cudnn images/s ms/step GFLOP/s "% of peak"
 for model in cifar10 resnet20; do
   for batch in 128 512; do
-    j=$($TOWER bench --model $model --batch_size $batch --devices cuda:0 --steps 10 --windows 3 | tail -1)
-    echo "# $j" >&2
-    python3 - "$j" "$peak" <<'PY'
+    for mode in deterministic no-deterministic; do
+      j=$($TOWER bench --model $model --batch_size $batch --devices cuda:0 --$mode --steps 10 --windows 3 | tail -1)
+      echo "# $j" >&2
+      python3 - "$j" "$peak" "$mode" <<'PY'
 import json, sys
-j, peak = json.loads(sys.argv[1]), float(sys.argv[2])
-print("%-10s %6d %12.1f %10.2f %10.1f %11.1f%%" % (j["model"], j["batch_size"], j["images_per_sec"],
+j, peak, mode = json.loads(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+print("%-10s %6d %-16s %12.1f %10.2f %10.1f %11.1f%%" % (j["model"], j["batch_size"], mode, j["images_per_sec"],
       j["ms_per_step"], j["gflops"], 100 * j["gflops"] / (peak * 1e3)))
 PY
+    done
   done
 done
+# Where a GPU step goes (each kernel waited for, so the sum runs above the step above).
+$TOWER bench --model cifar10 --batch_size 128 --devices cuda:0 --steps 5 --windows 1 --profile >/dev/null

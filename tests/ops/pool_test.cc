@@ -78,6 +78,27 @@ TEST(PoolTest, GradientsMatchFiniteDifferences) {
     }
 }
 
+// Ties: the gradient goes to the first maximum of each window in row-major order (TensorFlow's
+// argmax), overlapping windows adding up.
+TEST(PoolTest, MaxPoolGradRoutesToTheFirstMaximum) {
+  Tensor x = Tensor::from_vector<float>(Shape{1, 1, 3, 4}, std::vector<float>(12, 1.0f));
+  Tensor dy = Tensor::from_vector<float>(Shape{1, 1, 2, 3}, {1, 2, 3, 4, 5, 6});
+  PoolAttrs a{{2, 2}, {1, 1}, Padding::valid};  // 3x4 -> 2x3 overlapping windows
+  Tensor x3 = Tensor::from_vector<float>(Shape{1, 1, 3, 4}, {1, 1, 1, 1,  //
+                                                             1, 1, 1, 1,  //
+                                                             1, 1, 1, 9});
+  auto dx = [&](const Tensor& input) {
+    return testing::run_graph(
+               [&](const Scope& s, const std::vector<Value>& in) { return ops::max_pool_grad(s, in[0], in[1], a); },
+               {&input, &dy})
+        .to_vector<float>();
+  };
+  // Every window's first element is its top-left corner: (r, c) gets dy[r][c].
+  EXPECT_EQ(dx(x), (std::vector<float>{1, 2, 3, 0, 4, 5, 6, 0, 0, 0, 0, 0}));
+  // The 9 wins the one window that holds it.
+  EXPECT_EQ(dx(x3), (std::vector<float>{1, 2, 3, 0, 4, 5, 0, 0, 0, 0, 0, 6}));
+}
+
 // AvgPoolGrad is linear, with AvgPool as its gradient.
 TEST(PoolTest, AvgPoolGradGradientMatchesFiniteDifferences) {
   PoolAttrs a{{3, 3}, {2, 2}, Padding::same};

@@ -105,6 +105,40 @@ TEST(LayoutTest, EnvironmentVariableTurnsPropagationOff) {
   EXPECT_EQ(on.reorders, off.reorders);
 }
 
+// Max pooling on a channel-blocked input whose channel count (24) is not a multiple of the block:
+// MaxPoolGrad routes dy per lane and leaves the padding lanes alone, as the plain path does.
+TEST(LayoutTest, MaxPoolGradientOnPaddedChannelBlocks) {
+  Graph graph;
+  Scope s(graph);
+  Value images = s.placeholder("images", Shape{3, 5, 11, 11});
+  Value w = s.get_variable("w", Shape{24, 5, 3, 3}, Initializer::he_normal());
+  Value h = ops::relu(s, ops::conv2d(s, images, w, {{1, 1}, ops::Padding::same}));
+  Value p = ops::max_pool(s, h, {{3, 3}, {2, 2}, ops::Padding::same});
+  Value loss = ops::l2_loss(s, ops::conv2d(s, p, s.get_variable("w2", Shape{8, 24, 1, 1}, Initializer::he_normal()),
+                                          {{1, 1}, ops::Padding::valid}));
+  std::vector<Value> fetches = {loss};
+  for (Value g : gradients(s, loss, {images, w})) fetches.push_back(g);
+  VariableStore variables;
+  variables.initialize(graph, 4);
+  const Tensor input = testing::random_tensor(Shape{3, 5, 11, 11}, 9);
+  auto run = [&](bool propagate) {
+    Program program(graph, fetches, variables, {Device{}, 2, propagate});
+    program.input(images).copy_from(input);
+    program.run();
+    std::vector<Tensor> out;
+    for (int i = 0; i < program.num_fetches(); ++i) out.push_back(program.output(i).clone());
+    return out;
+  };
+  std::vector<Tensor> plain = run(false), blocked = run(true);
+  for (size_t i = 0; i < plain.size(); ++i) {
+    float scale = 0;
+    for (int64_t k = 0; k < plain[i].numel(); ++k) scale = std::max(scale, std::fabs(plain[i].data<float>()[k]));
+    ASSERT_GT(scale, 0.0f) << "fetch " << i;
+    for (int64_t k = 0; k < plain[i].numel(); ++k)
+      ASSERT_NEAR(plain[i].data<float>()[k], blocked[i].data<float>()[k], 1e-5f * scale) << "fetch " << i << " at " << k;
+  }
+}
+
 // --profile's source: every scheduled kernel, reorders included, timed on every profiled run.
 TEST(LayoutTest, ProfilingTimesEveryKernelAndReorder) {
   ChainGraph c;

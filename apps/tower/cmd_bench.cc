@@ -142,7 +142,7 @@ void run_bench(const Flags& flags) {
     options.devices.clear();
     for (int i = 0; i < flags.num_devices; ++i) options.devices.push_back({DeviceKind::cpu, i});
     if (!flags.devices.empty())
-      options.devices = resolve_devices(rank_devices(parse_device_list(flags.devices), comm.local_rank()), false);
+      options.devices = resolve_devices(parse_device_list(flags.devices), false, comm.local_rank());
     options.threads = split_cores(cores, static_cast<int>(options.devices.size()));
     options.strategy = parse_strategy(flags.strategy);
     options.seed = 1;
@@ -200,7 +200,7 @@ void run_bench(const Flags& flags) {
     ModelOutputs out = model.build(scope, x, 10, Mode::eval);
     VariableStore vars;
     vars.initialize(graph, 1);
-    const Device device = flags.devices.empty() ? Device{} : resolve_devices(parse_device_list(flags.devices), false)[0];
+    const Device device = flags.devices.empty() ? Device{} : resolve_devices(parse_device_list(flags.devices), false, comm.local_rank())[0];
     VariableStore device_vars(device);
     device_vars.copy_from(vars);
     Program program(graph, {out.logits}, device_vars, {device, cores});

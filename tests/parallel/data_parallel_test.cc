@@ -249,6 +249,14 @@ TEST(DataParallelTest, MissingGpuNeedsSoftPlacement) {
   auto placed = resolve_devices(want, true);
   ASSERT_EQ(placed.size(), 1u);
   EXPECT_EQ(placed[0].kind, DeviceKind::cpu);
+  // A second rank on the machine asking for cuda:7 is told which GPU that became, and why.
+  try {
+    resolve_devices(want, false, 1);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cuda:8"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("rank 1 of this machine"), std::string::npos) << e.what();
+  }
 }
 
 // Ranks sharing a machine take GPUs of their own; CPU towers are left as they are.

@@ -234,7 +234,6 @@ void DataParallel::copy_inputs(Tower& t, const Tensor& images, const Tensor& lab
 // and backward, and hand each gradient to the reducer as it is ready. NCCL takes the gradients
 // from the device, ordered after their kernels on the GPU; host copies wait for the kernels.
 void DataParallel::run_tower(Tower& t, int index, uint64_t step) {
-  if (t.device.kind != DeviceKind::cpu) device_ops(t.device.kind).make_current(t.device.index);
   if (staged_) t.device_vars->copy_from(*replicas_[static_cast<size_t>(t.replica)]);
   const int first_grad = 1 + static_cast<int>(t.outputs.metrics.size());
   t.program->run(step, [&](int fetch) {
@@ -269,16 +268,20 @@ std::vector<Device> rank_devices(const std::vector<Device>& requested, int local
   return result;
 }
 
-std::vector<Device> resolve_devices(const std::vector<Device>& requested, bool allow_soft_placement) {
+std::vector<Device> resolve_devices(const std::vector<Device>& asked, bool allow_soft_placement, int local_rank) {
+  const std::vector<Device> requested = rank_devices(asked, local_rank);
   const int gpus = has_device_ops(DeviceKind::cuda) ? static_cast<int>(cuda_devices().size()) : 0;
   std::vector<std::string> missing;
   for (const Device& d : requested)
     if (d.kind == DeviceKind::cuda && d.index >= gpus) missing.push_back(d.to_string());
   if (missing.empty()) return requested;
   if (!allow_soft_placement)
-    fail("device {} was requested, but {}; pass --allow_soft_placement to run the towers on the "
+    fail("device {} was requested{}, but {}; pass --allow_soft_placement to run the towers on the "
          "CPU instead",
          missing[0],
+         local_rank > 0 ? fmt::format(" (rank {} of this machine: ranks count their GPUs from local rank x "
+                                      "GPUs per rank)", local_rank)
+                        : std::string(),
          has_device_ops(DeviceKind::cuda) ? fmt::format("this machine has {} CUDA device(s)", gpus)
                                           : std::string("this build of tower has no CUDA backend"));
   // CPU and GPU towers do not mix: once one GPU is missing, every tower goes to a CPU device.

@@ -117,8 +117,10 @@ class DataParallel {
 // --num_gpus 1` puts one rank on each of 8 GPUs. CPU devices are returned as they are.
 std::vector<Device> rank_devices(const std::vector<Device>& requested, int local_rank);
 
-// Resolves requested devices for this machine: "cuda:N" that does not exist is an error, or with
-// allow_soft_placement a CPU device (and a warning line on stderr).
-std::vector<Device> resolve_devices(const std::vector<Device>& requested, bool allow_soft_placement);
+// Resolves requested devices for this machine, for the rank with this local rank (rank_devices):
+// "cuda:N" that does not exist is an error, or with allow_soft_placement a CPU device (and a
+// warning line on stderr).
+std::vector<Device> resolve_devices(const std::vector<Device>& requested, bool allow_soft_placement,
+                                    int local_rank = 0);
 
 }  // namespace tower

@@ -54,7 +54,7 @@ double seconds_since(Clock::time_point start) {
 
 std::vector<Device> choose_devices(const TrainConfig& config, int cores, const Communicator& comm) {
   if (!config.devices.empty())
-    return resolve_devices(rank_devices(config.devices, comm.local_rank()), config.allow_soft_placement);
+    return resolve_devices(config.devices, config.allow_soft_placement, comm.local_rank());
   int n = config.num_devices > 0 ? config.num_devices : cores;
   std::vector<Device> devices;
   for (int i = 0; i < n; ++i) devices.push_back(Device{DeviceKind::cpu, i});

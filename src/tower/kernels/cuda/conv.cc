@@ -1,7 +1,8 @@
 // Conv2D and its adjoints with cuDNN: descriptors, algorithm and workspace are chosen once when
 // the kernel is built (FP32 math without TF32, so results track the CPU kernel; deterministic
-// algorithms only unless the context allows others). cuDNN pads symmetrically; when TensorFlow's SAME padding puts one more pixel
-// after, the image is padded explicitly in scratch and the convolution runs unpadded.
+// algorithms only unless the context allows others). cuDNN pads symmetrically; when TensorFlow's
+// SAME padding puts one more pixel after, the image is padded explicitly in scratch and the
+// convolution runs unpadded.
 #include <algorithm>
 
 #include "tower/kernels/cuda/cuda_util.h"
@@ -126,8 +127,9 @@ class ConvKernel : public Kernel {
           algo = perf[i].algo;
           return;
         }
-      fail("cuDNN offers no {}FP32 algorithm for this convolution (x {}, w {})",
-           deterministic_ ? "deterministic " : "", x_.to_string(), w_.to_string());
+      fail("cuDNN offers no {}FP32 algorithm for this convolution (x {}, w {}){}",
+           deterministic_ ? "deterministic " : "", x_.to_string(), w_.to_string(),
+           deterministic_ ? "; --no-deterministic allows the others" : "");
     };
     cudnnHandle_t h = handle_.get();
     size_t bytes = 0;

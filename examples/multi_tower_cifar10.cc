@@ -50,8 +50,9 @@ int main(int argc, char** argv) try {
     return TowerOutputs{classification_loss(scope, out.logits, labels).total_loss, {}, {}};
   };
   DataParallelOptions options;
-  options.devices.clear();
-  for (int i = 0; i < num_towers; ++i) options.devices.push_back({DeviceKind::cpu, i});
+  const DevicePlan plan = select_devices({.num_devices = num_towers}, world());
+  options.devices = plan.devices;
+  options.threads = plan.threads;
   options.strategy = Strategy::central;  // the classic average_gradients on the host
   DataParallel towers(inputs.image_shape(), batch_per_tower * num_towers, tower_loss, options);
 

@@ -125,7 +125,12 @@ void run_bench(const Flags& flags) {
   const ModelDef& model = get_model(flags.model);
   if (flags.mode != "train" && flags.mode != "infer")
     fail("bad --mode '{}': expected train, infer or allreduce", flags.mode);
-  const int cores = flags.threads > 0 ? flags.threads : cores_per_rank(comm);
+  const DevicePlan plan = select_devices({.devices = flags.devices.empty() ? std::vector<Device>{}
+                                                                         : parse_device_list(flags.devices),
+                                          .num_devices = flags.num_devices,
+                                          .threads = flags.threads},
+                                         comm);
+  const int cores = plan.cores;
   if (flags.batch_size % comm.size() != 0)
     fail("--batch_size {} must be a multiple of the number of ranks ({})", flags.batch_size, comm.size());
   const int64_t local_batch = flags.mode == "train" ? flags.batch_size / comm.size() : flags.batch_size;
@@ -139,11 +144,8 @@ void run_bench(const Flags& flags) {
   nlohmann::json extra = nlohmann::json::object();  // update() refuses a null
   if (flags.mode == "train") {
     DataParallelOptions options;
-    options.devices.clear();
-    for (int i = 0; i < flags.num_devices; ++i) options.devices.push_back({DeviceKind::cpu, i});
-    if (!flags.devices.empty())
-      options.devices = resolve_devices(parse_device_list(flags.devices), false, comm.local_rank());
-    options.threads = split_cores(cores, static_cast<int>(options.devices.size()));
+    options.devices = plan.devices;
+    options.threads = plan.threads;
     options.strategy = parse_strategy(flags.strategy);
     options.seed = 1;
     options.comm = &comm;
@@ -200,7 +202,7 @@ void run_bench(const Flags& flags) {
     ModelOutputs out = model.build(scope, x, 10, Mode::eval);
     VariableStore vars;
     vars.initialize(graph, 1);
-    const Device device = flags.devices.empty() ? Device{} : resolve_devices(parse_device_list(flags.devices), false, comm.local_rank())[0];
+    const Device device = plan.devices[0];
     VariableStore device_vars(device);
     device_vars.copy_from(vars);
     Program program(graph, {out.logits}, device_vars, {device, cores});

@@ -1,4 +1,4 @@
-// `tower models`: the built-in models with their parameter counts.
+// `tower models`: the built-in models with their parameter counts and training recipes.
 #include <fmt/format.h>
 
 #include "command.h"
@@ -13,6 +13,7 @@ CommandRegistrar registrar{{"models", "List the built-in models", [](CLI::App& a
       const ModelDef& m = get_model(name);
       fmt::print("{:<10} {:>10} parameters  input {}  {}\n", name,
                  count_parameters(m, m.default_input, 10), m.default_input.to_string(), m.description);
+      fmt::print("{:<10} recipe: {}\n", "", to_string(m.recipe));
     }
   });
 }}};

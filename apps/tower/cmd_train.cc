@@ -3,6 +3,7 @@
 
 #include "command.h"
 #include "tower/parallel/gradient_reducer.h"
+#include "tower/models/model.h"
 #include "tower/train/trainer.h"
 
 namespace tower::cli {
@@ -12,10 +13,39 @@ struct Flags {
   TrainConfig config;
   std::string devices, strategy = "allreduce";
   int num_gpus = 0;
+  CLI::App* app = nullptr;
 };
 
-void run_train(Flags& flags) {
+// The model's recipe, with the fields given as flags taken from the flags.
+TrainConfig with_recipe(const Flags& flags) {
   TrainConfig config = flags.config;
+  TrainConfig recipe = flags.config;
+  apply_recipe(recipe, get_model(config.model).recipe);
+  auto take = [&](const char* flag, auto& field, const auto& from_recipe) {
+    if (flags.app->count(flag) == 0) field = from_recipe;
+  };
+  take("--optimizer", config.optimizer.name, recipe.optimizer.name);
+  take("--momentum", config.optimizer.momentum, recipe.optimizer.momentum);
+  take("--weight_decay", config.optimizer.weight_decay, recipe.optimizer.weight_decay);
+  take("--lr", config.lr, recipe.lr);
+  take("--lr_schedule", config.lr_schedule, recipe.lr_schedule);
+  take("--batch_size", config.batch_size, recipe.batch_size);
+  take("--epochs", config.epochs, recipe.epochs);
+  take("--ema_decay", config.ema_decay, recipe.ema_decay);
+  take("--augmentation", config.augmentation, recipe.augmentation);
+  return config;
+}
+
+std::string recipes_help() {
+  std::string text = "\nRecipes (the defaults of --optimizer, --momentum, --weight_decay, --lr, --lr_schedule,\n"
+                     "--batch_size, --epochs, --ema_decay and --augmentation; a flag overrides its field):\n";
+  for (const std::string& name : model_names())
+    text += fmt::format("  {:<9} {}\n", name, to_string(get_model(name).recipe));
+  return text;
+}
+
+void run_train(Flags& flags) {
+  TrainConfig config = with_recipe(flags);
   if (!flags.devices.empty()) config.devices = parse_device_list(flags.devices);
   if (flags.num_gpus > 0) {
     if (!config.devices.empty() || config.num_devices > 0)
@@ -32,6 +62,8 @@ void run_train(Flags& flags) {
 
 CommandRegistrar registrar{{"train", "Train a model on every device (resumes from --train_dir)", [](CLI::App& app) {
   static Flags flags;
+  flags.app = &app;
+  app.footer(recipes_help());
   TrainConfig& c = flags.config;
   app.add_option("--model", c.model, "Model to train (see `tower models`)")->capture_default_str();
   app.add_option("--data", c.data, "Data set: fashion-mnist | cifar10:DIR | cifar100:DIR | idx:DIR")
@@ -48,29 +80,31 @@ CommandRegistrar registrar{{"train", "Train a model on every device (resumes fro
       ->capture_default_str();
   app.add_flag("--log_device_placement", c.log_device_placement, "Print where every node runs");
   app.add_option("--strategy", flags.strategy, "allreduce | central")->capture_default_str();
-  app.add_option("--bucket_mb", c.bucket_mb, "All-reduce bucket size in MB")->capture_default_str();
-  app.add_option("--batch_size", c.batch_size, "Examples per tower per step")->capture_default_str()
+  app.add_option("--bucket_mb", c.bucket_mb, "All-reduce bucket size in MB")->capture_default_str()
       ->check(positive);
+  app.add_option("--batch_size", c.batch_size, "Examples per tower per step (recipe)")->check(positive);
   app.add_option("--max_steps", c.max_steps, "Stop after this many steps (overrides --epochs)")
       ->check(non_negative);
-  app.add_option("--epochs", c.epochs, "Stop after this many epochs")->capture_default_str()
-      ->check(non_negative);
+  app.add_option("--epochs", c.epochs, "Stop after this many epochs (recipe)")->check(non_negative);
   app.add_option("--train_dir", c.train_dir, "Checkpoints, metrics.jsonl and TensorBoard logs")
       ->capture_default_str();
-  app.add_option("--optimizer", c.optimizer.name, "sgd | momentum | adam | adamw")->capture_default_str();
-  app.add_option("--momentum", c.optimizer.momentum, "Momentum coefficient")->capture_default_str();
+  app.add_option("--optimizer", c.optimizer.name, "sgd | momentum | adam | adamw (recipe)");
+  app.add_option("--momentum", c.optimizer.momentum, "Momentum coefficient (recipe)");
   app.add_flag("--nesterov", c.optimizer.nesterov, "Nesterov momentum");
-  app.add_option("--weight_decay", c.optimizer.weight_decay, "Decoupled weight decay (adamw)");
+  app.add_option("--weight_decay", c.optimizer.weight_decay, "Decoupled weight decay (adamw; recipe)");
   app.add_option("--beta1", c.optimizer.beta1, "Adam beta1")->capture_default_str();
   app.add_option("--beta2", c.optimizer.beta2, "Adam beta2")->capture_default_str();
   app.add_option("--epsilon", c.optimizer.epsilon, "Adam epsilon")->capture_default_str();
-  app.add_option("--lr", c.lr, "Initial learning rate")->capture_default_str();
+  app.add_option("--lr", c.lr, "Initial learning rate (recipe)");
   app.add_option("--lr_schedule", c.lr_schedule,
                  "constant | exponential:decay_epochs=350,rate=0.1,staircase=1 | "
-                 "piecewise:boundaries=1000;2000,values=0.1;0.01;0.001 | cosine:warmup_steps=500")
-      ->capture_default_str();
+                 "piecewise:boundaries=1000;2000,values=0.1;0.01;0.001 | cosine:warmup_steps=500 "
+                 "(recipe)");
+  app.add_option("--augmentation", c.augmentation,
+                 "none | cifar10 (the classic distortions, for 24x24 crops of 32x32 images) | "
+                 "pad-crop-flip (recipe)");
   app.add_option("--clip_norm", c.clip_norm, "Clip gradients to this global norm (0: off)");
-  app.add_option("--ema_decay", c.ema_decay, "Moving average of the weights (0: off)")->capture_default_str();
+  app.add_option("--ema_decay", c.ema_decay, "Moving average of the weights (0: off; recipe)");
   app.add_option("--seed", c.seed, "Random seed (init, shuffling, augmentation)")->capture_default_str();
   app.add_option("--num_preprocess_threads", c.num_preprocess_threads, "Input pipeline workers")
       ->capture_default_str()->check(non_negative);

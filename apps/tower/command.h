@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cmath>
 #include <functional>
 #include <string>
 #include <vector>
@@ -29,7 +30,8 @@ inline CLI::Validator number_above(double bound, bool inclusive) {
   return CLI::Validator(
       [bound, inclusive, what](std::string& text) -> std::string {
         double value = 0;
-        if (!CLI::detail::lexical_cast(text, value) || (inclusive ? value < bound : value <= bound))
+        if (!CLI::detail::lexical_cast(text, value) || !std::isfinite(value) ||
+            (inclusive ? value < bound : value <= bound))
           return "must be a number " + what + ", got '" + text + "'";
         return {};
       },

@@ -102,22 +102,28 @@ TEST_F(CliTest, SigtermFinishesTheStepWritesACheckpointAndExitsCleanly) {
   EXPECT_TRUE(contains(text, "step " + std::to_string(saved.back()))) << text;
 }
 
-TEST_F(CliTest, CorruptCheckpointIsAClearErrorAndAnOlderOneIsOffered) {
+// A damaged latest checkpoint: eval names it and the older one to use; resuming warns, names it
+// and falls back to the older one; naming the damaged one explicitly is an error.
+TEST_F(CliTest, CorruptCheckpointIsNamedAndResumingFallsBackToTheOlderOne) {
   TmpDir dirs;
   ASSERT_EQ(run_tower(train_flags(dirs / "run", 20)).exit_code, 0);
   std::string file = checkpoint_prefix(dirs / "run", 20) + ".safetensors";
   std::filesystem::resize_file(file, std::filesystem::file_size(file) / 2);
+  const std::string older = checkpoint_prefix(dirs / "run", 10);
   auto eval = run_tower("eval --run_once --train_dir " + (dirs / "run"));
   EXPECT_EQ(eval.exit_code, 1);
   EXPECT_TRUE(contains(eval.output, file)) << eval.output;
+  EXPECT_TRUE(contains(eval.output, "--checkpoint " + older)) << eval.output;
+  auto explicit_resume = run_tower(train_flags(dirs / "run", 30) + " --resume_from " +
+                                   checkpoint_prefix(dirs / "run", 20));
+  EXPECT_EQ(explicit_resume.exit_code, 1);
+  EXPECT_TRUE(contains(explicit_resume.output, file)) << explicit_resume.output;
   auto resume = run_tower(train_flags(dirs / "run", 30));
-  EXPECT_EQ(resume.exit_code, 1);
-  EXPECT_TRUE(contains(resume.output, file)) << resume.output;
-  const std::string older = checkpoint_prefix(dirs / "run", 10);
-  EXPECT_TRUE(contains(resume.output, "--resume_from " + older)) << resume.output;
-  auto from_older = run_tower(train_flags(dirs / "run", 30) + " --resume_from " + older);
-  EXPECT_EQ(from_older.exit_code, 0) << from_older.output;
-  EXPECT_TRUE(contains(from_older.output, "at step 10")) << from_older.output;
+  EXPECT_EQ(resume.exit_code, 0) << resume.output;
+  EXPECT_TRUE(contains(resume.output, "warning: safetensors file '" + file)) << resume.output;
+  EXPECT_TRUE(contains(resume.output, "resuming from the older checkpoint " + older)) << resume.output;
+  EXPECT_TRUE(contains(resume.output, "at step 10")) << resume.output;
+  EXPECT_NO_THROW(safetensors_read(checkpoint_prefix(dirs / "run", 30) + ".safetensors"));
 }
 
 TEST_F(CliTest, ResumingWithOtherFlagsIsAClearError) {

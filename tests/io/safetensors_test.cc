@@ -75,6 +75,40 @@ TEST(SafetensorsTest, RoundTripsEveryDtypeScalarEmptyAndMetadata) {
   EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
 }
 
+TEST(SafetensorsTest, ChecksumsRoundTripAndAFlippedBitNamesTheTensorAndTheFile) {
+  TmpDir dir;
+  Tensor a = Tensor::from_vector<float>({2, 2}, {1, 2, 3, 4});
+  Tensor b = Tensor::from_vector<int32_t>({3}, {7, 8, 9});
+  Tensor empty({0}, DType::f32);
+  const std::string path = dir / "c.safetensors";
+  safetensors_write(path, {{"conv1/weights", &a}, {"b", &b}, {"empty", &empty}}, {{"step", "3"}},
+                    Checksums::yes);
+  SafetensorsFile file = safetensors_read(path);
+  EXPECT_EQ(file.metadata.at("step"), "3");
+  EXPECT_EQ(file.metadata.at("crc32c/conv1/weights").size(), 8u);
+  EXPECT_EQ(file.metadata.count("crc32c/b"), 1u);
+  EXPECT_TRUE(same_bytes(file.tensors.at("conv1/weights"), a));
+
+  // Flip one bit of each tensor's data in turn (the data are the file's last bytes: "b" first).
+  const std::string good = read_bytes(path);
+  const size_t data_start = good.size() - static_cast<size_t>(a.nbytes() + b.nbytes());
+  for (auto [offset, name] : {std::pair<size_t, std::string>{0, "b"},
+                              {static_cast<size_t>(b.nbytes()) + 5, "conv1/weights"}}) {
+    std::string bad = good;
+    bad[data_start + offset] = static_cast<char>(bad[data_start + offset] ^ 0x10);
+    write_bytes(path, bad);
+    try {
+      safetensors_read(path);
+      ADD_FAILURE() << "a flipped bit in '" << name << "' went unnoticed";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("tensor '" + name + "'"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("CRC-32C"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW(safetensors_write(path, {{"a", &a}}, {{"crc32c/a", "0"}}, Checksums::yes), Error);
+}
+
 TEST(SafetensorsTest, NoMetadataMeansNoMetadataKey) {
   TmpDir dir;
   Tensor t = Tensor::from_vector<uint8_t>({1}, {9});

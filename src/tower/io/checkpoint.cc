@@ -106,7 +106,8 @@ void checkpoint_save(const std::string& dir, int64_t step,
   if (ec) fail("cannot create the checkpoint directory '{}': {}", dir, ec.message());
 
   const std::string prefix = checkpoint_prefix(dir, step);
-  safetensors_write(prefix + std::string(kTensorsExt), tensors, {{"step", std::to_string(step)}});
+  safetensors_write(prefix + std::string(kTensorsExt), tensors, {{"step", std::to_string(step)}},
+                    Checksums::yes);
   atomic_write_file(prefix + std::string(kStateExt), state.dump(2) + "\n");
 
   std::vector<int64_t> others = checkpoint_list(dir);

@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "tower/io/atomic_file.h"
+#include "tower/io/crc32c.h"
 
 namespace tower {
 namespace {
@@ -118,11 +119,18 @@ Entry parse_entry(const std::string& name, const nlohmann::json& value, const st
   return e;
 }
 
+// Metadata key prefix of the per-tensor checksums: "crc32c/<tensor name>" -> 8 hex digits.
+constexpr std::string_view kChecksumKey = "crc32c/";
+
+std::string checksum_text(const Tensor& t) {
+  return fmt::format("{:08x}", crc32c(t.raw_data(), t.nbytes()));
+}
+
 }  // namespace
 
 void safetensors_write(const std::string& path,
                        const std::vector<std::pair<std::string, const Tensor*>>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
+                       const std::map<std::string, std::string>& metadata, Checksums checksums) {
   std::vector<std::pair<std::string, const Tensor*>> sorted = tensors;
   std::sort(sorted.begin(), sorted.end(),
             [](const auto& a, const auto& b) { return a.first < b.first; });
@@ -138,11 +146,19 @@ void safetensors_write(const std::string& path,
            tensor->device().to_string());
     TOWER_CHECK_MSG(tensor->defined(), "tensor '{}' has no storage", name);
   }
+  std::map<std::string, std::string> all_metadata = metadata;
+  for (const auto& [key, value] : metadata)
+    if (key.starts_with(kChecksumKey))
+      fail("cannot write '{}': metadata keys starting with '{}' are tower's checksums", path,
+           kChecksumKey);
+  if (checksums == Checksums::yes)
+    for (const auto& [name, tensor] : sorted)
+      all_metadata[std::string(kChecksumKey) + name] = checksum_text(*tensor);
 
   // ordered_json keeps the layout of files the Python library writes: metadata first, then the
   // tensors in buffer order, each as dtype, shape, data_offsets.
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
-  if (!metadata.empty()) header["__metadata__"] = metadata;
+  if (!all_metadata.empty()) header["__metadata__"] = all_metadata;
   uint64_t offset = 0;
   for (const auto& [name, tensor] : sorted) {
     nlohmann::ordered_json entry;
@@ -245,8 +261,18 @@ SafetensorsFile safetensors_read(const std::string& path) {
     if (!read_at(fd.get(), t.raw_data(), t.nbytes(), 8 + header_size + e.begin))
       fail("cannot read tensor '{}' from safetensors file '{}': {}", e.name, path,
            errno ? std::strerror(errno) : "unexpected end of file");
+    // Files written by tower carry a CRC-32C per tensor: a flipped bit is found here, not later
+    // as a silently different model.
+    if (auto it = file.metadata.find(std::string(kChecksumKey) + e.name); it != file.metadata.end())
+      if (std::string computed = checksum_text(t); computed != it->second)
+        fail("safetensors file '{}' is damaged: the data of tensor '{}' fails its CRC-32C check "
+             "(stored {}, computed {})",
+             path, e.name, it->second, computed);
     file.tensors.emplace(e.name, std::move(t));
   }
+  for (const auto& [key, value] : file.metadata)
+    if (key.starts_with(kChecksumKey) && !file.tensors.count(key.substr(kChecksumKey.size())))
+      fail("{}: metadata '{}' is the checksum of a tensor the file does not have", corrupt, key);
   return file;
 }
 

@@ -39,7 +39,15 @@ ModelOutputs cifar10(const Scope& scope, Value images, int num_classes, Mode) {
 }
 
 ModelRegistrar registrar{{"cifar10", "the classic CIFAR-10 tutorial CNN (conv-pool-LRN x2, fc 384-192)",
-                          Shape{3, 24, 24}, cifar10}};
+                          Shape{3, 24, 24}, cifar10,
+                          // The tutorial's: 256 epochs are its 100k steps of batch 128 (~86%).
+                          Recipe{.optimizer = "sgd",
+                                 .lr = 0.1f,
+                                 .lr_schedule = "exponential:decay_epochs=350,rate=0.1,staircase=1",
+                                 .batch_size = 128,
+                                 .epochs = 256,
+                                 .ema_decay = 0.9999f,
+                                 .augmentation = "cifar10"}}};
 
 }  // namespace
 }  // namespace tower

@@ -31,6 +31,15 @@ const ModelDef& get_model(const std::string& name) {
   return it->second;
 }
 
+std::string to_string(const Recipe& r) {
+  std::string text = fmt::format("{} lr {}", r.optimizer, r.lr);
+  if (r.optimizer == "momentum") text += fmt::format(" (momentum {})", r.momentum);
+  if (r.optimizer == "adamw") text += fmt::format(" (weight decay {})", r.weight_decay);
+  text += fmt::format(", {}, batch {} per tower, {} epochs, ", r.lr_schedule, r.batch_size, r.epochs);
+  text += r.ema_decay > 0 ? fmt::format("EMA {}", r.ema_decay) : std::string("no EMA");
+  return text + fmt::format(", augmentation {}", r.augmentation);
+}
+
 std::vector<std::string> model_names() {
   std::vector<std::string> names;
   for (auto& [n, d] : registry()) names.push_back(n);

@@ -21,11 +21,29 @@ struct ModelOutputs {
 // under the scope's name prefix, like the classic program.
 using ModelFn = std::function<ModelOutputs(const Scope& scope, Value images, int num_classes, Mode mode)>;
 
+// How a model is meant to be trained: what `tower train --model M` uses for every field that no
+// flag overrides. The L2 weight decay of the classic models is part of the model (the "losses"
+// collection); `weight_decay` here is the optimizer's decoupled decay (adamw).
+struct Recipe {
+  std::string optimizer = "adam";  // sgd | momentum | adam | adamw
+  float momentum = 0.9f;           // momentum
+  float lr = 0.003f;
+  std::string lr_schedule = "constant";  // see train/lr_schedule.h
+  int64_t batch_size = 64;               // per tower
+  double epochs = 1;
+  float ema_decay = 0;                    // moving average of the weights; 0: none
+  float weight_decay = 0;                 // adamw
+  std::string augmentation = "none";      // none | cifar10 | pad-crop-flip (data/transforms.h)
+};
+// One line: "adam lr 0.003, cosine:warmup_steps=50, batch 64 per tower, 2.5 epochs, ...".
+std::string to_string(const Recipe& recipe);
+
 struct ModelDef {
   std::string name;
   std::string description;
   Shape default_input;  // (C, H, W) the model is meant for
   ModelFn build;
+  Recipe recipe;
 };
 
 const ModelDef& get_model(const std::string& name);  // throws listing the known models

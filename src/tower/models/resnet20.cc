@@ -57,7 +57,15 @@ ModelOutputs resnet20(const Scope& scope, Value images, int num_classes, Mode mo
 }
 
 ModelRegistrar registrar{{"resnet20", "ResNet-20 for CIFAR (batch norm, projection shortcuts)",
-                          Shape{3, 32, 32}, resnet20}};
+                          Shape{3, 32, 32}, resnet20,
+                          // The paper's: lr / 10 at 32k and 48k of 64k steps of batch 128.
+                          Recipe{.optimizer = "momentum",
+                                 .momentum = 0.9f,
+                                 .lr = 0.1f,
+                                 .lr_schedule = "piecewise:boundary_epochs=82;123,values=0.1;0.01;0.001",
+                                 .batch_size = 128,
+                                 .epochs = 164,
+                                 .augmentation = "pad-crop-flip"}}};
 
 }  // namespace
 }  // namespace tower

@@ -268,6 +268,31 @@ std::vector<Device> rank_devices(const std::vector<Device>& requested, int local
   return result;
 }
 
+DevicePlan select_devices(const DeviceRequest& request, const Communicator& comm) {
+  DevicePlan plan;
+  plan.cores = request.threads > 0 ? request.threads : cores_per_rank(comm);
+  if (!request.devices.empty()) {
+    const int cpus = cpu_info().num_cores;
+    for (size_t i = 0; i < request.devices.size(); ++i) {
+      const Device& d = request.devices[i];
+      for (size_t j = 0; j < i; ++j)
+        if (request.devices[j] == d) fail("--devices lists {} twice (one tower per device)", d.to_string());
+      if (d.kind == DeviceKind::cpu && d.index >= cpus)
+        fail("--devices: {} does not exist; this machine has {} logical CPU device{} (cpu:0 to "
+             "cpu:{}), one per core",
+             d.to_string(), cpus, cpus == 1 ? "" : "s", cpus - 1);
+    }
+    plan.devices = resolve_devices(request.devices, request.allow_soft_placement, comm.local_rank());
+  } else {
+    if (request.num_devices < 0 || request.num_devices > kMaxTowersPerRank)
+      fail("--num_devices must be between 1 and {}, got {}", kMaxTowersPerRank, request.num_devices);
+    const int n = request.num_devices > 0 ? request.num_devices : plan.cores;
+    for (int i = 0; i < n; ++i) plan.devices.push_back(Device{DeviceKind::cpu, i});
+  }
+  plan.threads = split_cores(plan.cores, static_cast<int>(plan.devices.size()));
+  return plan;
+}
+
 std::vector<Device> resolve_devices(const std::vector<Device>& asked, bool allow_soft_placement, int local_rank) {
   const std::vector<Device> requested = rank_devices(asked, local_rank);
   const int gpus = has_device_ops(DeviceKind::cuda) ? static_cast<int>(cuda_devices().size()) : 0;

@@ -123,4 +123,23 @@ std::vector<Device> rank_devices(const std::vector<Device>& requested, int local
 std::vector<Device> resolve_devices(const std::vector<Device>& requested, bool allow_soft_placement,
                                     int local_rank = 0);
 
+// How devices were asked for: the --devices, --num_devices and --threads flags.
+struct DeviceRequest {
+  std::vector<Device> devices;  // explicit (--devices); empty: num_devices logical CPU devices
+  int num_devices = 0;          // 0: one per core
+  int threads = 0;              // cores in all; 0: this rank's share of the machine
+  bool allow_soft_placement = false;
+};
+struct DevicePlan {
+  std::vector<Device> devices;  // one tower each
+  std::vector<int> threads;     // per device
+  int cores = 0;                // in all
+};
+constexpr int kMaxTowersPerRank = 1024;
+// The one place where devices are chosen (train, eval, bench, the examples): checks that every
+// device exists (cpu:N up to the machine's logical devices, one per core; cuda:N through
+// resolve_devices), none is listed twice, and --num_devices is at most kMaxTowersPerRank; each
+// error names the flag.
+DevicePlan select_devices(const DeviceRequest& request, const Communicator& comm);
+
 }  // namespace tower

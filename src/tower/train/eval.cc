@@ -1,39 +1,72 @@
-// `tower eval`: precision @ 1 of a checkpoint on the test split.
-#include "tower/io/checkpoint.h"
+#include "tower/train/eval.h"
+
+#include <cctype>
+
 #include "tower/models/model.h"
+#include "tower/parallel/data_parallel.h"
 #include "tower/train/evaluator.h"
-#include "tower/train/trainer.h"
+#include "tower/train/training_state.h"
 
 namespace tower {
+namespace {
+
+// "eval", "eval_raw", "eval_cifar10_tmp_x": what was evaluated, usable in tags and JSON keys.
+std::string eval_key(bool ema, const std::string& other_data) {
+  std::string key = ema ? "eval" : "eval_raw";
+  if (other_data.empty()) return key;
+  key += '_';
+  for (char c : other_data) key += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+  return key;
+}
+
+}  // namespace
 
 EvalResult evaluate_checkpoint(const EvalConfig& config) {
+  if (config.batch_size < 1 || config.batch_size > (1 << 20))
+    fail("--batch_size must be a whole number from 1 to {}, got {}", 1 << 20, config.batch_size);
   std::string prefix = config.checkpoint;
-  if (prefix.empty()) {
-    auto latest = checkpoint_latest(config.train_dir);
-    if (!latest) fail("no checkpoint in '{}' (expected model.ckpt-<step> files)", config.train_dir);
-    prefix = *latest;
+  const bool latest = prefix.empty();
+  if (latest) {
+    auto found = checkpoint_latest(config.train_dir);
+    if (!found) fail("no checkpoint in '{}' (expected model.ckpt-<step> files)", config.train_dir);
+    prefix = *found;
   }
-  CheckpointData checkpoint = checkpoint_load(prefix);
-  const auto& run = checkpoint.state.at("run");
-  const std::string model_name = run.at("model").get<std::string>();
-  const std::string data = config.data.empty() ? run.at("data").get<std::string>() : config.data;
-  const ModelDef& model = get_model(model_name);
+  TrainingCheckpoint checkpoint;
+  try {
+    checkpoint = load_training_checkpoint(prefix);
+  } catch (const Error& e) {
+    if (!latest) throw;
+    const int64_t step = checkpoint_list(config.train_dir).empty() ? 0 : checkpoint_list(config.train_dir).back();
+    fail("{}\n{}", e.what(), older_checkpoint_hint(config.train_dir, step, "--checkpoint"));
+  }
+  const TrainingState& state = checkpoint.state;
+  const ModelDef& model = get_model(state.run.model);
+  const bool other_data = !config.data.empty() && config.data != state.run.data;
+  const std::string data = other_data ? config.data : state.run.data;
   auto test_set = std::make_shared<const Dataset>(open_dataset(parse_dataset_spec(data), Split::test));
-  Evaluator evaluator(model_name, test_set,
-                      eval_transform_for(model.default_input, test_set->image_shape()),
-                      config.batch_size, config.num_threads);
-  const bool ema = config.use_ema && checkpoint.state.value("ema", false);
+  const std::string augmentation = state.augmentation.empty() ? model.recipe.augmentation : state.augmentation;
+  const int threads = select_devices({.num_devices = 1, .threads = config.num_threads}, world()).cores;
+  const bool ema = config.use_ema && state.ema;
   EvalResult result;
-  result.step = checkpoint.step;
-  result.examples = evaluator.examples();
-  result.precision_at_1 = evaluator.evaluate([&](const std::string& name) -> const Tensor& {
-    auto it = ema ? checkpoint.tensors.find(name + "/ExponentialMovingAverage")
-                  : checkpoint.tensors.end();
-    if (it == checkpoint.tensors.end()) it = checkpoint.tensors.find(name);
-    if (it == checkpoint.tensors.end())
-      fail("checkpoint {} has no tensor '{}' needed by model {}", prefix, name, model_name);
-    return it->second;
-  });
+  result.step = checkpoint.data.step;
+  result.checkpoint = checkpoint.data.prefix;
+  result.key = eval_key(ema, other_data ? data : std::string());
+  try {
+    Evaluator evaluator(state.run.model, test_set,
+                        input_transforms(augmentation, model.default_input, test_set->image_shape()).eval,
+                        config.batch_size, threads);
+    result.examples = evaluator.examples();
+    result.precision_at_1 = evaluator.evaluate([&](const std::string& name) -> const Tensor& {
+      const auto& tensors = checkpoint.data.tensors;
+      auto it = ema ? tensors.find(name + "/ExponentialMovingAverage") : tensors.end();
+      if (it == tensors.end()) it = tensors.find(name);
+      if (it == tensors.end()) fail("the checkpoint has no tensor '{}' needed by model {}", name, state.run.model);
+      return it->second;
+    });
+  } catch (const Error& e) {
+    fail("cannot evaluate checkpoint {} (model {}, trained on {}) on {}{}: {}", prefix,
+         state.run.model, state.run.data, other_data ? "--data " : "", data, e.what());
+  }
   return result;
 }
 

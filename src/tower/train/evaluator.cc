@@ -48,7 +48,15 @@ int64_t Evaluator::examples() const { return impl_->dataset->size(); }
 
 double Evaluator::evaluate(const std::function<const Tensor&(const std::string&)>& weights) {
   Impl& m = *impl_;
-  for (const std::string& name : m.variables.names()) m.variables.get(name).copy_from(weights(name));
+  for (const std::string& name : m.variables.names()) {
+    Tensor& into = m.variables.get(name);
+    const Tensor& from = weights(name);
+    if (from.shape() != into.shape())
+      fail("variable '{}' has shape {}, but the model built for the images of {} ({}) needs {}",
+           name, from.shape().to_string(), m.dataset->name, m.dataset->image_shape().to_string(),
+           into.shape().to_string());
+    into.copy_from(from);
+  }
   InputPipeline pipeline(m.dataset, m.options);
   int64_t seen = 0, correct = 0;
   const int64_t total = m.dataset->size();
@@ -82,12 +90,13 @@ TransformSpec scale_to_unit() {
 }
 }  // namespace
 
-TransformSpec train_transform_for(const Shape& model_input, const Shape& data_image) {
-  return cifar10_crops(model_input, data_image) ? cifar10_train_transform() : scale_to_unit();
-}
-
-TransformSpec eval_transform_for(const Shape& model_input, const Shape& data_image) {
-  return cifar10_crops(model_input, data_image) ? cifar10_eval_transform() : scale_to_unit();
+InputTransforms input_transforms(const std::string& augmentation, const Shape& model_input,
+                                 const Shape& data_image) {
+  if (augmentation == "cifar10" && cifar10_crops(model_input, data_image))
+    return {cifar10_train_transform(), cifar10_eval_transform()};
+  if (augmentation == "cifar10" || augmentation == "none") return {scale_to_unit(), scale_to_unit()};
+  if (augmentation == "pad-crop-flip") return {pad_crop_flip_transform(4), scale_to_unit()};
+  fail("--augmentation '{}': expected none, cifar10 or pad-crop-flip", augmentation);
 }
 
 }  // namespace tower

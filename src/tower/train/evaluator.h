@@ -26,9 +26,18 @@ class Evaluator {
   std::unique_ptr<Impl> impl_;
 };
 
-// The transforms tower uses for a model and data set: the classic CIFAR-10 distortions when the
-// model wants 24x24 crops of 32x32 images, otherwise scaling to [0, 1].
-TransformSpec train_transform_for(const Shape& model_input, const Shape& data_image);
-TransformSpec eval_transform_for(const Shape& model_input, const Shape& data_image);
+// The input transforms of a recipe's augmentation (Recipe::augmentation, --augmentation):
+//   cifar10        the classic distortions (random 24x24 crop, flip, brightness, contrast,
+//                  per-image standardization; eval: central crop, standardization) when the model
+//                  takes 24x24 crops of 32x32 images; otherwise none
+//   pad-crop-flip  4 pixels of zero padding, a random crop back to the image size, flip, scaled
+//                  to [0, 1]; eval: scaled
+//   none           scaled to [0, 1]
+// Throws naming --augmentation for any other name.
+struct InputTransforms {
+  TransformSpec train, eval;
+};
+InputTransforms input_transforms(const std::string& augmentation, const Shape& model_input,
+                                 const Shape& data_image);
 
 }  // namespace tower

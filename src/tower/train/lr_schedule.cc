@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <numbers>
 #include <utility>
 #include <vector>
@@ -255,14 +256,19 @@ std::unique_ptr<LrSchedule> parse_lr_schedule(const std::string& spec, float ini
   }
   if (name == "cosine") {
     p.allow({"warmup_steps", "warmup_epochs", "warmup_start", "alpha"});
-    const int64_t warmup = p.steps("warmup_steps", "warmup_epochs", 0);
+    int64_t warmup = p.steps("warmup_steps", "warmup_epochs", 0);
     const double start = p.number("warmup_start", 0);
     const double alpha = p.number("alpha", 0);
     if (start < 0) p.error("warmup_start must be >= 0, got {}", start);
     if (alpha < 0 || alpha > 1) p.error("alpha must be in [0, 1], got {}", alpha);
-    if (warmup >= total_steps)
-      p.error("the warm-up ({} steps) must be shorter than the training ({} steps)", warmup,
-              total_steps);
+    if (warmup >= total_steps) {  // a recipe's warm-up on a short run: clamp it, never fail
+      std::fprintf(stderr,
+                   "warning: --lr_schedule '%s': the warm-up of %lld steps is longer than the run "
+                   "(%lld steps): warming up for %lld\n",
+                   spec.c_str(), static_cast<long long>(warmup), static_cast<long long>(total_steps),
+                   static_cast<long long>(total_steps / 2));
+      warmup = total_steps / 2;
+    }
     return std::make_unique<Cosine>(lr, warmup, start, alpha, total_steps);
   }
   TOWER_CHECK_MSG(false, "schedule '{}' passed the name check but has no parser", name);

@@ -1,30 +1,29 @@
 #include "tower/train/trainer.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <optional>
 
-#include <unistd.h>
-
-#include <nlohmann/json.hpp>
-
 #include "tower/core/thread_pool.h"
 #include "tower/data/input_pipeline.h"
-#include "tower/io/checkpoint.h"
 #include "tower/io/event_writer.h"
 #include "tower/io/metrics_log.h"
-#include "tower/models/model.h"
 #include "tower/ops/nn_loss.h"
 #include "tower/parallel/data_parallel.h"
 #include "tower/train/clip.h"
 #include "tower/train/ema.h"
 #include "tower/train/evaluator.h"
 #include "tower/train/lr_schedule.h"
+#include "tower/train/training_state.h"
 
 namespace tower {
 namespace {
@@ -52,25 +51,27 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-std::vector<Device> choose_devices(const TrainConfig& config, int cores, const Communicator& comm) {
-  if (!config.devices.empty())
-    return resolve_devices(config.devices, config.allow_soft_placement, comm.local_rank());
-  int n = config.num_devices > 0 ? config.num_devices : cores;
-  std::vector<Device> devices;
-  for (int i = 0; i < n; ++i) devices.push_back(Device{DeviceKind::cpu, i});
-  return devices;
+constexpr int64_t kMaxSteps = int64_t{1} << 40;
+constexpr int64_t kMaxBatch = int64_t{1} << 20;
+
+void check_number(const char* flag, double value, double lo, double hi, const char* expected) {
+  if (!std::isfinite(value) || value < lo || value > hi)
+    fail("{} must be {}, got {}", flag, expected, value);
+}
+void check_count(const char* flag, int64_t value, int64_t lo, int64_t hi) {
+  if (value < lo || value > hi) fail("{} must be a whole number from {} to {}, got {}", flag, lo, hi, value);
 }
 
-// What must agree between a checkpoint and the run resuming it.
-nlohmann::json run_identity(const TrainConfig& config, size_t num_towers, int ranks) {
-  return {{"model", config.model},
-          {"data", config.data},
-          {"batch_size", config.batch_size},
-          {"num_towers", num_towers},
-          {"ranks", ranks},
-          {"strategy", std::string(strategy_name(config.strategy))},
-          {"optimizer", config.optimizer.name},
-          {"seed", config.seed}};
+// The train dir exists (created if need be), is a directory and can be written.
+void prepare_train_dir(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
+    fail("--train_dir '{}' is a file, not a directory", dir);
+  fs::create_directories(dir, ec);
+  if (ec) fail("cannot create --train_dir '{}': {}", dir, ec.message());
+  if (::access(dir.c_str(), W_OK) != 0)
+    fail("--train_dir '{}' is not writable: {}", dir, std::strerror(errno));
 }
 
 // An image summary of the first few training inputs after distortion, each rescaled to 0..255.
@@ -96,349 +97,450 @@ void add_input_images(EventWriter& events, const Tensor& images, int64_t step) {
 std::vector<std::pair<std::string, std::string>> rank_fields(const TrainConfig& c, size_t towers,
                                                              const Dataset& data) {
   const OptimizerConfig& o = c.optimizer;
-  std::vector<std::pair<std::string, std::string>> fields = {
-      {"--model", c.model}, {"--data", c.data},
-      {"the data set's size", fmt::format("{} examples of {}", data.size(), data.image_shape().to_string())},
-      {"the number of towers", std::to_string(towers)}, {"--batch_size", std::to_string(c.batch_size)},
-      {"--strategy", std::string(strategy_name(c.strategy))}, {"--bucket_mb", fmt::format("{}", c.bucket_mb)},
-      {"--max_steps", std::to_string(c.max_steps)}, {"--epochs", fmt::format("{}", c.epochs)},
-      {"--optimizer", o.name}, {"--momentum", fmt::format("{}", o.momentum)},
-      {"--nesterov", fmt::format("{}", o.nesterov)}, {"--weight_decay", fmt::format("{}", o.weight_decay)},
-      {"--beta1", fmt::format("{}", o.beta1)}, {"--beta2", fmt::format("{}", o.beta2)},
-      {"--epsilon", fmt::format("{}", o.epsilon)}, {"--lr", fmt::format("{}", c.lr)},
-      {"--lr_schedule", c.lr_schedule}, {"--clip_norm", fmt::format("{}", c.clip_norm)},
-      {"--ema_decay", fmt::format("{}", c.ema_decay)}, {"--seed", std::to_string(c.seed)},
-      {"--resume_from", c.resume_from}, {"--deterministic", fmt::format("{}", c.deterministic)}};
-  return fields;
+  return {{"--model", c.model}, {"--data", c.data},
+          {"the data set's size", fmt::format("{} examples of {}", data.size(), data.image_shape().to_string())},
+          {"the number of towers", std::to_string(towers)}, {"--batch_size", std::to_string(c.batch_size)},
+          {"--strategy", std::string(strategy_name(c.strategy))}, {"--bucket_mb", fmt::format("{}", c.bucket_mb)},
+          {"--max_steps", std::to_string(c.max_steps)}, {"--epochs", fmt::format("{}", c.epochs)},
+          {"--optimizer", o.name}, {"--momentum", fmt::format("{}", o.momentum)},
+          {"--nesterov", fmt::format("{}", o.nesterov)}, {"--weight_decay", fmt::format("{}", o.weight_decay)},
+          {"--beta1", fmt::format("{}", o.beta1)}, {"--beta2", fmt::format("{}", o.beta2)},
+          {"--epsilon", fmt::format("{}", o.epsilon)}, {"--lr", fmt::format("{}", c.lr)},
+          {"--lr_schedule", c.lr_schedule}, {"--clip_norm", fmt::format("{}", c.clip_norm)},
+          {"--ema_decay", fmt::format("{}", c.ema_decay)}, {"--augmentation", c.augmentation},
+          {"--seed", std::to_string(c.seed)}, {"--resume_from", c.resume_from},
+          {"--deterministic", fmt::format("{}", c.deterministic)}};
 }
 
-}  // namespace
+// One training run, as its stages: train() calls them in order.
+class Run {
+ public:
+  Run(const TrainConfig& config, Communicator& comm)
+      : config_(config), comm_(comm), chief_(comm.rank() == 0), model_(get_model(config.model)) {}
 
-TrainResult train(const TrainConfig& config, Communicator& comm) {
-  const auto start = Clock::now();
-  const bool chief = comm.rank() == 0;  // the one writer
-  comm.set_timeout(config.comm_timeout);
-  const int cores = cores_per_rank(comm);
-  const std::vector<Device> devices = choose_devices(config, cores, comm);
-  const int num_towers = static_cast<int>(devices.size());
-  if (config.batch_size < 1) fail("--batch_size must be >= 1, got {}", config.batch_size);
-  if (config.clip_norm < 0) fail("--clip_norm must be >= 0 (0: no clipping), got {}", config.clip_norm);
-  if (config.max_steps <= 0 && config.epochs <= 0)
-    fail("nothing to train: give --max_steps N or --epochs E greater than 0");
-  const ModelDef& model = get_model(config.model);
-  const DatasetSpec spec = parse_dataset_spec(config.data);
-  auto train_set = std::make_shared<const Dataset>(open_dataset(spec, Split::train));
-  check_same_on_all_ranks(comm, rank_fields(config, devices.size(), *train_set), "flags");
-  const int64_t local_batch = config.batch_size * num_towers;
-  const int64_t global_batch = local_batch * comm.size();
-
-  // Resume (rank 0 reads, the others are told): the latest checkpoint of the train dir, or the
-  // one named by --resume_from.
-  std::optional<CheckpointData> checkpoint;
-  std::string prefix = chief ? config.resume_from : std::string();
-  if (chief) std::filesystem::create_directories(config.train_dir);
-  if (chief && prefix.empty()) {
-    if (auto latest = checkpoint_latest(config.train_dir)) prefix = *latest;
+  TrainResult go() {
+    set_up_devices();
+    open_data();
+    find_checkpoint();
+    build_towers();
+    restore_or_init();
+    open_hooks();
+    StopSignals signals;
+    print_start();
+    while (step_ < total_steps_ && !result_.interrupted) loop_step();
+    finish();
+    return result_;
   }
-  if (!prefix.empty()) {
-    try {
-      checkpoint = checkpoint_load(prefix);
-    } catch (const Error& e) {
-      // Never fall back silently: say which older checkpoint could be used instead.
-      auto steps = checkpoint_list(config.train_dir);
-      std::string older;
-      for (int64_t s : steps)
-        if (checkpoint_prefix(config.train_dir, s) != prefix) older = checkpoint_prefix(config.train_dir, s);
-      if (!config.resume_from.empty() || older.empty()) throw;
-      fail("{}\nan older checkpoint exists: pass --resume_from {} to resume from it", e.what(), older);
+
+ private:
+  void set_up_devices() {
+    comm_.set_timeout(config_.comm_timeout);
+    plan_ = select_devices({.devices = config_.devices,
+                            .num_devices = config_.num_devices,
+                            .allow_soft_placement = config_.allow_soft_placement},
+                           comm_);
+    local_batch_ = config_.batch_size * static_cast<int64_t>(plan_.devices.size());
+    global_batch_ = local_batch_ * comm_.size();
+    if (chief_) prepare_train_dir(config_.train_dir);
+  }
+
+  // Both splits are opened (and so checked) before the first step.
+  void open_data() {
+    spec_ = parse_dataset_spec(config_.data);
+    train_set_ = std::make_shared<const Dataset>(open_dataset(spec_, Split::train));
+    if (chief_ && (config_.final_eval || config_.eval_every > 0))
+      test_set_ = std::make_shared<const Dataset>(open_dataset(spec_, Split::test));
+    check_same_on_all_ranks(comm_, rank_fields(config_, plan_.devices.size(), *train_set_), "flags");
+    if (global_batch_ > train_set_->size())
+      fail("{} tower{} (--num_devices or --devices) x --batch_size {}{} = {} examples per step, but "
+           "the training set {} has {}: lower --batch_size or the number of towers",
+           plan_.devices.size(), plan_.devices.size() == 1 ? "" : "s", config_.batch_size,
+           comm_.size() > 1 ? fmt::format(" x {} ranks", comm_.size()) : std::string(),
+           global_batch_, train_set_->name, train_set_->size());
+    transforms_ = input_transforms(config_.augmentation, model_.default_input, train_set_->image_shape());
+  }
+
+  // Rank 0 finds the checkpoint to resume from and tells the others where training stands.
+  void find_checkpoint() {
+    if (chief_) {
+      if (!config_.resume_from.empty())
+        checkpoint_ = load_training_checkpoint(config_.resume_from);
+      else
+        checkpoint_ = find_resume_checkpoint(config_.train_dir);
     }
-    nlohmann::json expected = run_identity(config, devices.size(), comm.size());
-    const nlohmann::json& saved = checkpoint->state.at("run");
-    for (auto& [key, value] : expected.items())
-      if (saved.value(key, nlohmann::json()) != value)
+    if (checkpoint_) {
+      const RunIdentity& saved = checkpoint_->state.run;
+      if (auto diff = first_difference(saved, identity()))
         fail("checkpoint {} was written by a run with {} = {}, but this run has {} = {}; use "
              "another --train_dir or the same flags",
-             prefix, key, saved.value(key, nlohmann::json()).dump(), key, value.dump());
+             checkpoint_->data.prefix, diff->key, diff->saved, diff->key, diff->now);
+    }
+    nlohmann::json resume;  // {step, epoch, epoch_step}; null when starting fresh
+    if (checkpoint_)
+      resume = {checkpoint_->state.step, checkpoint_->state.epoch, checkpoint_->state.epoch_step};
+    if (comm_.size() > 1) resume = nlohmann::json::parse(comm_.allgather(chief_ ? resume.dump() : "")[0]);
+    PipelineOptions options;
+    options.batch_size = global_batch_;
+    options.rank = comm_.rank();
+    options.world_size = comm_.size();
+    options.seed = config_.seed;
+    options.num_workers = std::max(config_.num_preprocess_threads, 0);
+    options.transform = transforms_.train;
+    if (!resume.is_null()) {
+      resumed_ = true;
+      step_ = resume[0].get<int64_t>();
+      options.start = {resume[1].get<int64_t>(), resume[2].get<int64_t>()};
+    }
+    pipeline_ = std::make_unique<InputPipeline>(train_set_, options);
+    steps_per_epoch_ = pipeline_->batches_per_epoch();
+    if (options.start.step >= steps_per_epoch_)
+      fail("checkpoint {}: its position (epoch {}, step {}) is past the end of an epoch of {} steps",
+           checkpoint_ ? checkpoint_->data.prefix : std::string("of rank 0"), options.start.epoch,
+           options.start.step, steps_per_epoch_);
+    total_steps_ = config_.max_steps > 0
+                       ? config_.max_steps
+                       : static_cast<int64_t>(std::ceil(config_.epochs * static_cast<double>(steps_per_epoch_)));
+    if (total_steps_ > kMaxSteps)
+      fail("--epochs {} is {} steps of {} per epoch, more than {}", config_.epochs, total_steps_,
+           steps_per_epoch_, kMaxSteps);
   }
 
-  nlohmann::json resume;  // {step, position} of the checkpoint, null when starting fresh
-  if (checkpoint) resume = {{"step", checkpoint->step}, {"position", checkpoint->state.at("position")}};
-  if (comm.size() > 1) resume = nlohmann::json::parse(comm.allgather(chief ? resume.dump() : "")[0]);
-
-  PipelineOptions pipeline_options;
-  pipeline_options.batch_size = global_batch;
-  pipeline_options.rank = comm.rank();
-  pipeline_options.world_size = comm.size();
-  pipeline_options.seed = config.seed;
-  pipeline_options.num_workers = std::max(config.num_preprocess_threads, 0);
-  pipeline_options.transform = train_transform_for(model.default_input, train_set->image_shape());
-  if (!resume.is_null())
-    pipeline_options.start = {resume.at("position").at("epoch").get<int64_t>(),
-                              resume.at("position").at("step").get<int64_t>()};
-  InputPipeline pipeline(train_set, pipeline_options);
-  if (pipeline.batches_per_epoch() < 1)
-    fail("the data set {} has {} examples, fewer than one global batch of {}", train_set->name,
-         train_set->size(), global_batch);
-  const int num_classes = train_set->num_classes;
-
-  TowerFn tower_fn = [&](const Scope& scope, Value images, Value labels) {
-    ModelOutputs out = model.build(scope, images, num_classes, Mode::train);
-    LossOutputs loss = classification_loss(scope, out.logits, labels);
-    Value accuracy = ops::accuracy(scope, out.logits, labels);
-    return TowerOutputs{loss.total_loss, {loss.cross_entropy, accuracy}, out.updates};
-  };
-  DataParallelOptions dp_options;
-  dp_options.devices = devices;
-  dp_options.threads = split_cores(cores, num_towers);
-  dp_options.comm = &comm;
-  dp_options.strategy = config.strategy;
-  dp_options.bucket_bytes = static_cast<size_t>(config.bucket_mb * 1024 * 1024);
-  dp_options.seed = config.seed;
-  dp_options.deterministic = config.deterministic;
-  DataParallel dp(pipeline.image_shape(), local_batch, tower_fn, dp_options);
-  if (config.log_device_placement && chief)
-    for (int t = 0; t < dp.num_towers(); ++t) std::fputs(dp.program(t).placement_log().c_str(), stderr);
-
-  // One optimizer per replica: identical inputs, identical updates, identical replicas.
-  const auto& trainable = dp.trainable();
-  std::vector<std::unique_ptr<Optimizer>> optimizers;
-  std::vector<std::vector<Param>> params;
-  for (int r = 0; r < dp.num_replicas(); ++r) {
-    params.push_back(replica_params(dp, r));
-    optimizers.push_back(make_optimizer(config.optimizer));
-    optimizers.back()->init(params[static_cast<size_t>(r)]);
-  }
-  const int64_t steps_per_epoch = pipeline.batches_per_epoch();
-  const int64_t total_steps =
-      config.max_steps > 0
-          ? config.max_steps
-          : static_cast<int64_t>(std::ceil(config.epochs * static_cast<double>(steps_per_epoch)));
-  auto schedule = parse_lr_schedule(config.lr_schedule, config.lr, steps_per_epoch, total_steps);
-  std::unique_ptr<ExponentialMovingAverage> ema;
-  if (config.ema_decay > 0) {
-    ema = std::make_unique<ExponentialMovingAverage>(config.ema_decay);
-    std::vector<std::pair<std::string, const Tensor*>> vars;
-    for (const auto& v : trainable) vars.push_back({v.name, &dp.replica(0).get(v.name)});
-    ema->init(vars);
+  void build_towers() {
+    const int num_classes = train_set_->num_classes;
+    TowerFn tower_fn = [this, num_classes](const Scope& scope, Value images, Value labels) {
+      ModelOutputs out = model_.build(scope, images, num_classes, Mode::train);
+      LossOutputs loss = classification_loss(scope, out.logits, labels);
+      Value accuracy = ops::accuracy(scope, out.logits, labels);
+      return TowerOutputs{loss.total_loss, {loss.cross_entropy, accuracy}, out.updates};
+    };
+    DataParallelOptions options;
+    options.devices = plan_.devices;
+    options.threads = plan_.threads;
+    options.comm = &comm_;
+    options.strategy = config_.strategy;
+    options.bucket_bytes = static_cast<size_t>(config_.bucket_mb * 1024 * 1024);
+    options.seed = config_.seed;
+    options.deterministic = config_.deterministic;
+    dp_ = std::make_unique<DataParallel>(pipeline_->image_shape(), local_batch_, tower_fn, options);
+    if (config_.log_device_placement && chief_)
+      for (int t = 0; t < dp_->num_towers(); ++t) std::fputs(dp_->program(t).placement_log().c_str(), stderr);
+    // One optimizer per replica: identical inputs, identical updates, identical replicas.
+    for (int r = 0; r < dp_->num_replicas(); ++r) {
+      params_.push_back(replica_params(*dp_, r));
+      optimizers_.push_back(make_optimizer(config_.optimizer));
+      optimizers_.back()->init(params_.back());
+    }
+    schedule_ = parse_lr_schedule(config_.lr_schedule, config_.lr, steps_per_epoch_, total_steps_);
+    if (config_.ema_decay > 0) {
+      ema_ = std::make_unique<ExponentialMovingAverage>(config_.ema_decay);
+      std::vector<std::pair<std::string, const Tensor*>> vars;
+      for (const auto& v : dp_->trainable()) vars.push_back({v.name, &dp_->replica(0).get(v.name)});
+      ema_->init(vars);
+    }
+    update_pool_ = std::make_unique<ThreadPool>(dp_->num_replicas() - 1);
   }
 
   // Every tensor of the training state: what a checkpoint restores and rank 0 hands the others.
-  auto state_tensors = [&] {
+  std::vector<std::pair<std::string, Tensor*>> state_tensors(bool all_replicas) {
     std::vector<std::pair<std::string, Tensor*>> all;
-    for (int r = 0; r < dp.num_replicas(); ++r) {
-      for (const std::string& name : dp.replica(r).names()) all.push_back({name, &dp.replica(r).get(name)});
-      for (auto& slot : optimizers[static_cast<size_t>(r)]->slots()) all.push_back(slot);
+    for (int r = 0; r < (all_replicas ? dp_->num_replicas() : 1); ++r) {
+      for (const std::string& name : dp_->replica(r).names()) all.push_back({name, &dp_->replica(r).get(name)});
+      for (auto& slot : optimizers_[static_cast<size_t>(r)]->slots()) all.push_back(slot);
     }
-    if (ema)
-      for (auto& shadow : ema->shadows()) all.push_back(shadow);
+    if (ema_)
+      for (auto& shadow : ema_->shadows()) all.push_back(shadow);
     return all;
-  };
-  int64_t step = resume.is_null() ? 0 : resume.at("step").get<int64_t>();
-  if (checkpoint) {
-    auto take = [&](const std::string& name, Tensor& into) {
-      auto it = checkpoint->tensors.find(name);
-      if (it == checkpoint->tensors.end())
-        fail("checkpoint {} has no tensor '{}' (was it written by another model?)", prefix, name);
-      if (it->second.shape() != into.shape())
-        fail("checkpoint {}: tensor '{}' has shape {}, the model expects {}", prefix, name,
-             it->second.shape().to_string(), into.shape().to_string());
-      into.copy_from(it->second);
-    };
-    for (auto& [name, tensor] : state_tensors()) take(name, *tensor);
-    std::printf("resumed from %s at step %lld\n", prefix.c_str(), static_cast<long long>(step));
-  }
-  if (!resume.is_null() && comm.size() > 1) {
-    std::vector<Tensor*> tensors;
-    for (auto& named : state_tensors()) tensors.push_back(named.second);
-    broadcast_from_rank0(comm, tensors, "training state after resuming");
   }
 
-  // Hooks.
-  std::optional<MetricsLog> metrics;
-  std::unique_ptr<EventWriter> events;
-  if (chief) metrics.emplace(config.train_dir + "/metrics.jsonl");
-  if (chief && config.summaries) events = std::make_unique<EventWriter>(config.train_dir);
-  std::unique_ptr<Evaluator> evaluator;
-  auto evaluate = [&]() {
-    if (!evaluator) {
-      auto test_set = std::make_shared<const Dataset>(open_dataset(spec, Split::test));
-      evaluator = std::make_unique<Evaluator>(
-          config.model, test_set, eval_transform_for(model.default_input, test_set->image_shape()),
-          500, cores);
+  void restore_or_init() {
+    if (checkpoint_) {
+      const std::string& prefix = checkpoint_->data.prefix;
+      for (auto& [name, into] : state_tensors(true)) {
+        auto it = checkpoint_->data.tensors.find(name);
+        if (it == checkpoint_->data.tensors.end())
+          fail("checkpoint {} has no tensor '{}' (was it written by another model?)", prefix, name);
+        if (it->second.shape() != into->shape())
+          fail("checkpoint {}: tensor '{}' has shape {}, the model expects {}", prefix, name,
+               it->second.shape().to_string(), into->shape().to_string());
+        into->copy_from(it->second);
+      }
+      std::printf("resumed from %s at step %lld\n", prefix.c_str(), static_cast<long long>(step_));
+      checkpoint_.reset();  // its tensors are copied: free them
     }
-    return evaluator->evaluate([&](const std::string& name) -> const Tensor& {
-      if (ema && ema->has(name)) return ema->shadow(name);
-      return dp.replica(0).get(name);
-    });
-  };
-  std::optional<Batch> next;  // taken one step early: its copy to GPU towers overlaps the update
-  auto save = [&]() {
-    std::vector<std::pair<std::string, const Tensor*>> tensors;
-    for (const std::string& name : dp.replica(0).names()) tensors.push_back({name, &dp.replica(0).get(name)});
-    for (auto& [name, slot] : optimizers[0]->slots()) tensors.push_back({name, slot});
-    if (ema)
-      for (auto& [name, shadow] : ema->shadows()) tensors.push_back({name, shadow});
-    // The next batch to train on: the one already taken for prefetching, if any.
-    Position position = next ? Position{next->epoch, next->step} : pipeline.position();
-    nlohmann::json state = {{"step", step},
-                            {"epoch", position.epoch},
-                            {"position", {{"epoch", position.epoch}, {"step", position.step}}},
-                            {"run", run_identity(config, devices.size(), comm.size())},
-                            {"devices", [&] {
-                               std::vector<std::string> d;
-                               for (auto& dev : devices) d.push_back(dev.to_string());
-                               return d;
-                             }()},
-                            {"ema", ema != nullptr}};
-    checkpoint_save(config.train_dir, step, tensors, state, config.keep_checkpoints);
-  };
+    if (resumed_ && comm_.size() > 1) {
+      std::vector<Tensor*> tensors;
+      for (auto& named : state_tensors(true)) tensors.push_back(named.second);
+      broadcast_from_rank0(comm_, tensors, "training state after resuming");
+    }
+  }
 
-  ThreadPool update_pool(dp.num_replicas() - 1);
-  // On a terminal a live progress line replaces the classic log lines.
-  // (mpirun hands ranks a pseudo-terminal even when its own output is a file: no bar there.)
-  const bool progress_bar = comm.size() == 1 && isatty(STDOUT_FILENO) != 0;
-  const int64_t first_step = step;
-  const auto bar_start = Clock::now();
-  auto last_bar = bar_start;
-  StopSignals signals;
-  TrainResult result;
-  auto last_save = Clock::now();
-  auto window_start = Clock::now();
-  int64_t window_steps = 0;
-  if (chief) {
-    std::printf("training %s on %s: %s%d tower%s (%s), global batch %lld, %lld steps (%lld per epoch)\n",
-                config.model.c_str(), train_set->name.c_str(),
-                comm.size() > 1 ? fmt::format("{} ranks x ", comm.size()).c_str() : "", num_towers,
-                num_towers == 1 ? "" : "s", std::string(strategy_name(config.strategy)).c_str(),
-                static_cast<long long>(global_batch), static_cast<long long>(total_steps),
-                static_cast<long long>(steps_per_epoch));
+  void open_hooks() {
+    if (chief_) metrics_.emplace(config_.train_dir + "/metrics.jsonl");
+    if (chief_ && config_.summaries) events_ = std::make_unique<EventWriter>(config_.train_dir);
+    // On a terminal a live progress line replaces the classic log lines.
+    // (mpirun hands ranks a pseudo-terminal even when its own output is a file: no bar there.)
+    progress_bar_ = comm_.size() == 1 && isatty(STDOUT_FILENO) != 0;
+    first_step_ = step_;
+    start_ = bar_start_ = last_bar_ = last_save_ = window_start_ = Clock::now();
+  }
+
+  void print_start() {
+    if (!chief_) return;
+    const size_t towers = plan_.devices.size();
+    std::printf("training %s on %s: %s%zu tower%s (%s), global batch %lld, %lld steps (%lld per epoch)\n",
+                config_.model.c_str(), train_set_->name.c_str(),
+                comm_.size() > 1 ? fmt::format("{} ranks x ", comm_.size()).c_str() : "", towers,
+                towers == 1 ? "" : "s", std::string(strategy_name(config_.strategy)).c_str(),
+                static_cast<long long>(global_batch_), static_cast<long long>(total_steps_),
+                static_cast<long long>(steps_per_epoch_));
     std::fflush(stdout);
   }
-  while (step < total_steps) {
-    Batch batch = next ? std::move(*next) : pipeline.next();
-    next.reset();
-    StepResult out = dp.step(batch.images, batch.labels, static_cast<uint64_t>(step));
+
+  void loop_step() {
+    Batch batch = next_ ? std::move(*next_) : pipeline_->next();
+    next_.reset();
+    StepResult out = dp_->step(batch.images, batch.labels, static_cast<uint64_t>(step_));
     if (!std::isfinite(out.loss))
       fail("the loss is {} at step {}: training diverged (try a lower --lr or --clip_norm); "
            "the last good checkpoint in {} is kept",
-           out.loss, step, config.train_dir);
-    if (step + 1 < total_steps) {
-      next = pipeline.next();
-      dp.prefetch(next->images, next->labels);
+           out.loss, step_, config_.train_dir);
+    if (step_ + 1 < total_steps_) {  // taken one step early: its copy to GPU towers overlaps the update
+      next_ = pipeline_->next();
+      dp_->prefetch(next_->images, next_->labels);
     }
-    const float lr = schedule->lr(step);
-    // Replicas are independent: update them side by side (each gets identical bits anyway).
-    update_pool.parallel_for(dp.num_replicas(), [&](int64_t r) {
-      auto& replica_params = params[static_cast<size_t>(r)];
-      if (config.clip_norm > 0) {
-        std::vector<Tensor*> grads;
-        for (auto& p : replica_params) grads.push_back(const_cast<Tensor*>(p.grad));
-        clip_by_global_norm(grads, config.clip_norm);
-      }
-      optimizers[static_cast<size_t>(r)]->apply(replica_params, lr, step);
-    });
-#ifndef NDEBUG
-    TOWER_CHECK_MSG(dp.replicas_identical(), "replicas diverged at step {}", step);
-#endif
-    ++step;
-    if (ema) ema->update(step);
-    ++window_steps;
-    result.last_loss = out.loss;
-    if (events && step == 1) add_input_images(*events, batch.images, step);
-
-    const bool last = step == total_steps;
-    if (progress_bar && (last || seconds_since(last_bar) > 0.2)) {
-      last_bar = Clock::now();
-      const double elapsed = seconds_since(bar_start);
-      const double done = static_cast<double>(step - first_step) / static_cast<double>(total_steps - first_step);
-      const int filled = static_cast<int>(20 * static_cast<double>(step) / static_cast<double>(total_steps));
-      std::printf("\r[%s%s] epoch %.2f  step %lld/%lld  loss %.4f  %.0f examples/s  ETA %.0f s ",
-                  std::string(static_cast<size_t>(filled), '#').c_str(),
-                  std::string(static_cast<size_t>(20 - filled), '.').c_str(),
-                  static_cast<double>(step) / static_cast<double>(steps_per_epoch),
-                  static_cast<long long>(step), static_cast<long long>(total_steps), out.loss,
-                  static_cast<double>((step - first_step) * global_batch) / elapsed,
-                  done > 0 ? elapsed * (1 - done) / done : 0.0);
-      if (last) std::printf("\n");
-      std::fflush(stdout);
-    }
-    if (config.log_every > 0 && (step % config.log_every == 0 || last)) {
-      double seconds = std::chrono::duration<double>(Clock::now() - window_start).count();
-      double per_batch = seconds / static_cast<double>(window_steps);
-      double examples_per_sec = static_cast<double>(global_batch) / per_batch;
-      if (chief && !progress_bar) {
-        std::printf("step %lld, loss = %.4f (%.1f examples/sec; %.3f sec/batch) lr %.3g\n",
-                    static_cast<long long>(step), out.loss, examples_per_sec, per_batch, lr);
-        std::fflush(stdout);
-      }
-      if (metrics)
-        metrics->append({{"step", step},
-                      {"wall_time", seconds_since(start)},
-                      {"epoch", static_cast<double>(step) / static_cast<double>(steps_per_epoch)},
-                      {"loss", out.loss},
-                      {"cross_entropy", out.metrics[0]},
-                      {"train_accuracy", out.metrics[1]},
-                      {"lr", lr},
-                      {"examples_per_sec", examples_per_sec}});
-      if (events) {
-        events->add_scalar("total_loss", out.loss, step);
-        events->add_scalar("cross_entropy", out.metrics[0], step);
-        events->add_scalar("learning_rate", lr, step);
-        events->add_scalar("examples_per_sec", static_cast<float>(examples_per_sec), step);
-        for (size_t v = 0; v < trainable.size(); ++v) {
-          const Tensor& w = dp.replica(0).get(trainable[v].name);
-          events->add_histogram(trainable[v].name, w.data<float>(), static_cast<size_t>(w.numel()), step);
-          const Tensor& g = dp.gradient(0, static_cast<int>(v));
-          events->add_histogram(trainable[v].name + "/gradients", g.data<float>(),
-                                static_cast<size_t>(g.numel()), step);
-        }
-        events->flush();
-      }
-      window_start = Clock::now();
-      window_steps = 0;
-    }
-    if (chief && config.eval_every > 0 && step % config.eval_every == 0 && !last) {
-      double precision = evaluate();
-      std::printf("%sstep %lld, precision @ 1 = %.4f\n", progress_bar ? "\n" : "",
-                  static_cast<long long>(step), precision);
-      metrics->append({{"step", step}, {"wall_time", seconds_since(start)}, {"eval_precision_at_1", precision}});
-      if (events) events->add_scalar("precision_at_1", static_cast<float>(precision), step);
-      result.eval_accuracy = precision;
+    const float lr = update(step_);
+    ++step_;
+    if (ema_) ema_->update(step_);
+    ++window_steps_;
+    result_.last_loss = out.loss;
+    if (events_ && step_ == 1) add_input_images(*events_, batch.images, step_);
+    const bool last = step_ == total_steps_;
+    show_progress(out, last);
+    if (config_.log_every > 0 && (step_ % config_.log_every == 0 || last)) log(out, lr);
+    if (chief_ && config_.eval_every > 0 && step_ % config_.eval_every == 0 && !last) {
+      const double precision = record_eval();
+      std::printf("%sstep %lld, precision @ 1 = %.4f\n", progress_bar_ ? "\n" : "",
+                  static_cast<long long>(step_), precision);
     }
     // A signal to any rank stops every rank after the same step.
     float signal = static_cast<float>(g_stop_signal.load());
-    comm.allreduce_sum(&signal, 1);
-    const bool stop = signal != 0;
-    const double since_save = std::chrono::duration<double>(Clock::now() - last_save).count();
-    if (chief && (last || stop || (config.save_every_steps > 0 && step % config.save_every_steps == 0) ||
-                  (config.save_every_secs > 0 && since_save >= config.save_every_secs))) {
+    comm_.allreduce_sum(&signal, 1);
+    result_.interrupted = signal != 0;
+    if (chief_ && (last || result_.interrupted ||
+                   (config_.save_every_steps > 0 && step_ % config_.save_every_steps == 0) ||
+                   (config_.save_every_secs > 0 && seconds_since(last_save_) >= config_.save_every_secs))) {
       save();
-      last_save = Clock::now();
+      last_save_ = Clock::now();
     }
-    if (stop) {
-      if (chief)
-        std::printf("%sstopped by %s at step %lld; checkpoint written\n", progress_bar ? "\n" : "",
-                    g_stop_signal.load() != 0 ? fmt::format("signal {}", g_stop_signal.load()).c_str()
-                                              : "a signal to another rank",
-                    static_cast<long long>(step));
-      result.interrupted = true;
-      break;
+    if (result_.interrupted && chief_)
+      std::printf("%sstopped by %s at step %lld; checkpoint written\n", progress_bar_ ? "\n" : "",
+                  g_stop_signal.load() != 0 ? fmt::format("signal {}", g_stop_signal.load()).c_str()
+                                            : "a signal to another rank",
+                  static_cast<long long>(step_));
+  }
+
+  // The optimizer step on every replica, side by side (each gets identical bits anyway).
+  float update(int64_t step) {
+    const float lr = schedule_->lr(step);
+    update_pool_->parallel_for(dp_->num_replicas(), [&](int64_t r) {
+      auto& replica_params = params_[static_cast<size_t>(r)];
+      if (config_.clip_norm > 0) {
+        std::vector<Tensor*> grads;
+        for (auto& p : replica_params) grads.push_back(const_cast<Tensor*>(p.grad));
+        clip_by_global_norm(grads, config_.clip_norm);
+      }
+      optimizers_[static_cast<size_t>(r)]->apply(replica_params, lr, step);
+    });
+#ifndef NDEBUG
+    TOWER_CHECK_MSG(dp_->replicas_identical(), "replicas diverged at step {}", step);
+#endif
+    return lr;
+  }
+
+  void show_progress(const StepResult& out, bool last) {
+    if (!progress_bar_ || (!last && seconds_since(last_bar_) <= 0.2)) return;
+    last_bar_ = Clock::now();
+    const double elapsed = seconds_since(bar_start_);
+    const double done = static_cast<double>(step_ - first_step_) / static_cast<double>(total_steps_ - first_step_);
+    const int filled = static_cast<int>(20 * static_cast<double>(step_) / static_cast<double>(total_steps_));
+    std::printf("\r[%s%s] epoch %.2f  step %lld/%lld  loss %.4f  %.0f examples/s  ETA %.0f s ",
+                std::string(static_cast<size_t>(filled), '#').c_str(),
+                std::string(static_cast<size_t>(20 - filled), '.').c_str(),
+                static_cast<double>(step_) / static_cast<double>(steps_per_epoch_),
+                static_cast<long long>(step_), static_cast<long long>(total_steps_), out.loss,
+                static_cast<double>((step_ - first_step_) * global_batch_) / elapsed,
+                done > 0 ? elapsed * (1 - done) / done : 0.0);
+    if (last) std::printf("\n");
+    std::fflush(stdout);
+  }
+
+  // The log line, metrics.jsonl and the TensorBoard scalars and histograms.
+  void log(const StepResult& out, float lr) {
+    const double per_batch = seconds_since(window_start_) / static_cast<double>(window_steps_);
+    const double examples_per_sec = static_cast<double>(global_batch_) / per_batch;
+    if (chief_ && !progress_bar_) {
+      std::printf("step %lld, loss = %.4f (%.1f examples/sec; %.3f sec/batch) lr %.3g\n",
+                  static_cast<long long>(step_), out.loss, examples_per_sec, per_batch, lr);
+      std::fflush(stdout);
     }
+    if (metrics_)
+      metrics_->append({{"step", step_},
+                        {"wall_time", seconds_since(start_)},
+                        {"epoch", static_cast<double>(step_) / static_cast<double>(steps_per_epoch_)},
+                        {"loss", out.loss},
+                        {"cross_entropy", out.metrics[0]},
+                        {"train_accuracy", out.metrics[1]},
+                        {"lr", lr},
+                        {"examples_per_sec", examples_per_sec}});
+    if (events_) {
+      events_->add_scalar("total_loss", out.loss, step_);
+      events_->add_scalar("cross_entropy", out.metrics[0], step_);
+      events_->add_scalar("learning_rate", lr, step_);
+      events_->add_scalar("examples_per_sec", static_cast<float>(examples_per_sec), step_);
+      const auto& trainable = dp_->trainable();
+      for (size_t v = 0; v < trainable.size(); ++v) {
+        const Tensor& w = dp_->replica(0).get(trainable[v].name);
+        events_->add_histogram(trainable[v].name, w.data<float>(), static_cast<size_t>(w.numel()), step_);
+        const Tensor& g = dp_->gradient(0, static_cast<int>(v));
+        events_->add_histogram(trainable[v].name + "/gradients", g.data<float>(),
+                               static_cast<size_t>(g.numel()), step_);
+      }
+      events_->flush();
+    }
+    window_start_ = Clock::now();
+    window_steps_ = 0;
   }
-  std::vector<const Tensor*> weights;
-  for (const auto& v : trainable) weights.push_back(&dp.replica(0).get(v.name));
-  check_identical_on_all_ranks(comm, weights, "trained weights");
-  if (chief && config.final_eval && !result.interrupted) {
-    double precision = evaluate();
-    std::printf("precision @ 1 = %.4f (%lld test examples, %s weights)\n", precision,
-                static_cast<long long>(evaluator->examples()), ema ? "moving-average" : "raw");
-    metrics->append({{"step", step}, {"wall_time", seconds_since(start)}, {"eval_precision_at_1", precision}});
-    if (events) events->add_scalar("precision_at_1", static_cast<float>(precision), step);
-    result.eval_accuracy = precision;
+
+  // Precision @ 1 of the moving-average weights (or the raw ones without EMA) on the test split,
+  // recorded in metrics.jsonl and TensorBoard (rank 0).
+  double record_eval() {
+    if (!evaluator_)
+      evaluator_ = std::make_unique<Evaluator>(config_.model, test_set_, transforms_.eval, 500, plan_.cores);
+    const double precision = evaluator_->evaluate([&](const std::string& name) -> const Tensor& {
+      if (ema_ && ema_->has(name)) return ema_->shadow(name);
+      return dp_->replica(0).get(name);
+    });
+    metrics_->append({{"step", step_}, {"wall_time", seconds_since(start_)}, {"eval_precision_at_1", precision}});
+    if (events_) events_->add_scalar("eval/precision_at_1", static_cast<float>(precision), step_);
+    result_.eval_accuracy = precision;
+    return precision;
   }
-  result.steps = step;
-  result.seconds = seconds_since(start);
-  return result;
+
+  RunIdentity identity() const {
+    return {config_.model, config_.data, config_.batch_size,
+            static_cast<int64_t>(plan_.devices.size()), comm_.size(), std::string(strategy_name(config_.strategy)),
+            config_.optimizer.name, config_.seed};
+  }
+
+  void save() {
+    std::vector<std::pair<std::string, const Tensor*>> tensors;
+    for (auto& [name, tensor] : state_tensors(false)) tensors.push_back({name, tensor});
+    TrainingState state;
+    state.step = step_;
+    // The next batch to train on: the one already taken for prefetching, if any.
+    const Position position = next_ ? Position{next_->epoch, next_->step} : pipeline_->position();
+    state.epoch = position.epoch;
+    state.epoch_step = position.step;
+    state.run = identity();
+    for (const Device& d : plan_.devices) state.devices.push_back(d.to_string());
+    state.ema = ema_ != nullptr;
+    state.augmentation = config_.augmentation;
+    save_training_checkpoint(config_.train_dir, state, tensors, config_.keep_checkpoints);
+  }
+
+  void finish() {
+    std::vector<const Tensor*> weights;
+    for (const auto& v : dp_->trainable()) weights.push_back(&dp_->replica(0).get(v.name));
+    check_identical_on_all_ranks(comm_, weights, "trained weights");
+    if (chief_ && config_.final_eval && !result_.interrupted) {
+      const double precision = record_eval();
+      std::printf("precision @ 1 = %.4f (%lld test examples, %s weights)\n", precision,
+                  static_cast<long long>(evaluator_->examples()), ema_ ? "moving-average" : "raw");
+    }
+    result_.steps = step_;
+    result_.seconds = seconds_since(start_);
+  }
+
+  const TrainConfig& config_;
+  Communicator& comm_;
+  const bool chief_;  // rank 0: the one writer
+  const ModelDef& model_;
+  DevicePlan plan_;
+  int64_t local_batch_ = 0, global_batch_ = 0;
+  DatasetSpec spec_;
+  std::shared_ptr<const Dataset> train_set_, test_set_;
+  InputTransforms transforms_;
+  std::optional<TrainingCheckpoint> checkpoint_;
+  std::unique_ptr<InputPipeline> pipeline_;
+  int64_t steps_per_epoch_ = 0, total_steps_ = 0, step_ = 0, first_step_ = 0;
+  bool resumed_ = false;
+  std::unique_ptr<DataParallel> dp_;
+  std::vector<std::unique_ptr<Optimizer>> optimizers_;
+  std::vector<std::vector<Param>> params_;
+  std::unique_ptr<LrSchedule> schedule_;
+  std::unique_ptr<ExponentialMovingAverage> ema_;
+  std::unique_ptr<ThreadPool> update_pool_;
+  std::optional<MetricsLog> metrics_;
+  std::unique_ptr<EventWriter> events_;
+  std::unique_ptr<Evaluator> evaluator_;
+  std::optional<Batch> next_;
+  bool progress_bar_ = false;
+  Clock::time_point start_, bar_start_, last_bar_, last_save_, window_start_;
+  int64_t window_steps_ = 0;
+  TrainResult result_;
+};
+
+}  // namespace
+
+TrainConfig TrainConfig::for_model(const std::string& model) {
+  TrainConfig config;
+  config.model = model;
+  apply_recipe(config, get_model(model).recipe);
+  return config;
+}
+
+void apply_recipe(TrainConfig& config, const Recipe& recipe) {
+  config.optimizer = OptimizerConfig{};
+  config.optimizer.name = recipe.optimizer;
+  config.optimizer.momentum = recipe.momentum;
+  config.optimizer.weight_decay = recipe.weight_decay;
+  config.lr = recipe.lr;
+  config.lr_schedule = recipe.lr_schedule;
+  config.batch_size = recipe.batch_size;
+  config.epochs = recipe.epochs;
+  config.ema_decay = recipe.ema_decay;
+  config.augmentation = recipe.augmentation;
+}
+
+void validate(const TrainConfig& c) {
+  get_model(c.model);
+  parse_dataset_spec(c.data);
+  check_count("--batch_size", c.batch_size, 1, kMaxBatch);
+  check_count("--max_steps", c.max_steps, 0, kMaxSteps);
+  check_number("--epochs", c.epochs, 0, 1e6, "a number of epochs from 0 to 1e6");
+  if (c.max_steps == 0 && c.epochs <= 0)
+    fail("nothing to train: give --max_steps N or --epochs E greater than 0");
+  check_number("--bucket_mb", c.bucket_mb, 1.0 / 1024, 65536, "a size in MB from 1/1024 to 65536");
+  check_count("--num_devices", c.num_devices, 0, kMaxTowersPerRank);
+  check_number("--lr", c.lr, 1e-30, 1e30, "a number > 0");
+  check_number("--clip_norm", c.clip_norm, 0, 1e30, "a number >= 0 (0: no clipping)");
+  if (!std::isfinite(c.ema_decay) || c.ema_decay < 0 || c.ema_decay >= 1)
+    fail("--ema_decay must be in [0, 1) (0: no moving average), got {}", c.ema_decay);
+  input_transforms(c.augmentation, get_model(c.model).default_input, get_model(c.model).default_input);
+  check_count("--num_preprocess_threads", c.num_preprocess_threads, 0, 256);
+  check_count("--log_every", c.log_every, 0, kMaxSteps);
+  check_count("--save_every_steps", c.save_every_steps, 0, kMaxSteps);
+  check_number("--save_every_secs", c.save_every_secs, 0, 1e9, "a number of seconds >= 0 (0: off)");
+  check_count("--keep_checkpoints", c.keep_checkpoints, 1, 1000000);
+  check_count("--eval_every", c.eval_every, 0, kMaxSteps);
+  check_number("--comm_timeout", c.comm_timeout, 1e-3, 1e9, "a number of seconds > 0");
+  if (c.train_dir.empty()) fail("--train_dir must not be empty");
+  validate(c.optimizer);
+}
+
+TrainResult train(const TrainConfig& config, Communicator& comm) {
+  validate(config);
+  return Run(config, comm).go();
 }
 
 }  // namespace tower

@@ -1,0 +1,33 @@
+// `tower eval`: precision @ 1 of a checkpoint on a test split.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace tower {
+
+struct EvalConfig {
+  std::string train_dir = "train";
+  std::string checkpoint;  // prefix; empty: the latest in train_dir
+  std::string data;        // empty: the data set recorded in the checkpoint
+  bool use_ema = true;
+  int64_t batch_size = 500;
+  int num_threads = 0;     // 0: all cores
+};
+
+struct EvalResult {
+  int64_t step = 0;
+  double precision_at_1 = 0;
+  int64_t examples = 0;
+  std::string checkpoint;  // the prefix evaluated
+  // What was evaluated, for TensorBoard tags and metrics keys: "eval" for the moving-average
+  // weights on the training data's test split, "eval_raw" for the raw weights, with
+  // "_<data set>" appended for another --data.
+  std::string key;
+};
+
+// Throws tower::Error naming the checkpoint, the flag or the variable when the checkpoint cannot
+// be evaluated on the data (and, for the latest of a dir, the next usable checkpoint).
+EvalResult evaluate_checkpoint(const EvalConfig& config);
+
+}  // namespace tower

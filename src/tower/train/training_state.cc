@@ -1,0 +1,202 @@
+#include "tower/train/training_state.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+
+#include "tower/core/error.h"
+#include "tower/parallel/communicator.h"
+
+namespace tower {
+namespace {
+
+using Json = nlohmann::json;
+
+nlohmann::ordered_json identity_json(const RunIdentity& r) {
+  return {{"model", r.model},         {"data", r.data},
+          {"batch_size", r.batch_size}, {"num_towers", r.num_towers},
+          {"ranks", r.ranks},         {"strategy", r.strategy},
+          {"optimizer", r.optimizer}, {"seed", r.seed}};
+}
+
+// Reads the keys of one JSON object, each checked for presence, type and range; every error
+// names the file and the key's path ("run.batch_size").
+class Reader {
+ public:
+  Reader(const Json& object, std::string file, std::string path = "")
+      : object_(object), file_(std::move(file)), path_(std::move(path)) {
+    if (!object_.is_object())
+      fail("checkpoint state file '{}': {} is not a JSON object", file_,
+           path_.empty() ? std::string("the file") : "'" + path_ + "'");
+  }
+  const Json& at(const std::string& key, bool (Json::*is)() const, const char* expected) const {
+    auto it = object_.find(key);
+    if (it == object_.end()) error(key, "is missing", expected);
+    if (!((*it).*is)()) error(key, "is " + it->dump(), expected);
+    return *it;
+  }
+  int64_t whole(const std::string& key, int64_t min) const {
+    const Json& v = at(key, &Json::is_number_integer, "a whole number");
+    if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))
+      error(key, "is " + v.dump(), "a whole number that fits 64 bits");
+    if (v.get<int64_t>() < min) error(key, "is " + v.dump(), fmt::format("a whole number >= {}", min));
+    return v.get<int64_t>();
+  }
+  std::string text(const std::string& key) const {
+    std::string s = at(key, &Json::is_string, "a string").get<std::string>();
+    if (s.empty()) error(key, "is empty", "a non-empty string");
+    return s;
+  }
+  Reader object(const std::string& key) const {
+    return Reader(at(key, &Json::is_object, "a JSON object"), file_, name(key));
+  }
+  bool has(const std::string& key) const { return object_.contains(key); }
+  [[noreturn]] void error(const std::string& key, const std::string& what,
+                          const std::string& expected) const {
+    fail("checkpoint state file '{}': key '{}' {} (expected {})", file_, name(key), what, expected);
+  }
+
+ private:
+  std::string name(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
+  const Json& object_;
+  std::string file_, path_;
+};
+
+}  // namespace
+
+Json training_state_to_json(const TrainingState& s) {
+  nlohmann::ordered_json json = {{"step", s.step},
+                                 {"position", {{"epoch", s.epoch}, {"step", s.epoch_step}}},
+                                 {"run", identity_json(s.run)},
+                                 {"devices", s.devices},
+                                 {"ema", s.ema},
+                                 {"augmentation", s.augmentation}};
+  return Json::parse(json.dump());  // keeps the keys in this order when written
+}
+
+TrainingState training_state_from_json(const Json& json, const std::string& file) {
+  Reader top(json, file);
+  TrainingState s;
+  s.step = top.whole("step", 0);
+  Reader position = top.object("position");
+  s.epoch = position.whole("epoch", 0);
+  s.epoch_step = position.whole("step", 0);
+  Reader run = top.object("run");
+  s.run.model = run.text("model");
+  s.run.data = run.text("data");
+  s.run.batch_size = run.whole("batch_size", 1);
+  s.run.num_towers = run.whole("num_towers", 1);
+  s.run.ranks = run.whole("ranks", 1);
+  s.run.strategy = run.text("strategy");
+  s.run.optimizer = run.text("optimizer");
+  s.run.seed = static_cast<uint64_t>(run.whole("seed", 0));
+  for (const Json& d : top.at("devices", &Json::is_array, "a list of devices")) {
+    if (!d.is_string()) top.error("devices", "holds " + d.dump(), "a list of device names");
+    s.devices.push_back(d.get<std::string>());
+  }
+  s.ema = top.at("ema", &Json::is_boolean, "true or false").get<bool>();
+  if (top.has("augmentation")) s.augmentation = top.text("augmentation");
+  return s;
+}
+
+std::optional<IdentityDifference> first_difference(const RunIdentity& saved, const RunIdentity& now) {
+  const nlohmann::ordered_json a = identity_json(saved), b = identity_json(now);
+  for (const auto& [key, value] : a.items())
+    if (b.at(key) != value) return IdentityDifference{key, value.dump(), b.at(key).dump()};
+  return std::nullopt;
+}
+
+void save_training_checkpoint(const std::string& dir, const TrainingState& state,
+                              const std::vector<std::pair<std::string, const Tensor*>>& tensors,
+                              int keep_last) {
+  checkpoint_save(dir, state.step, tensors, training_state_to_json(state), keep_last);
+}
+
+namespace {
+TrainingState validated_state(const CheckpointData& data) {
+  const std::string file = data.prefix + ".json";
+  TrainingState state = training_state_from_json(data.state, file);
+  if (state.step != data.step)
+    fail("checkpoint state file '{}': key 'step' is {}, but its tensors file is of step {}", file,
+         state.step, data.step);
+  return state;
+}
+
+// The checkpoint the index file names, when it names one.
+std::optional<std::string> indexed_prefix(const std::string& dir) {
+  std::ifstream in(std::filesystem::path(dir) / "checkpoint");
+  std::string line;
+  constexpr std::string_view key = "model_checkpoint_path: \"";
+  while (std::getline(in, line))
+    if (line.starts_with(key) && line.size() > key.size() + 1 && line.back() == '"') {
+      std::filesystem::path named = line.substr(key.size(), line.size() - key.size() - 1);
+      return named.is_absolute() ? named.string() : (std::filesystem::path(dir) / named).string();
+    }
+  return std::nullopt;
+}
+}  // namespace
+
+TrainingCheckpoint load_training_checkpoint(const std::string& prefix) {
+  TrainingCheckpoint c{checkpoint_load(prefix), {}};
+  c.state = validated_state(c.data);
+  return c;
+}
+
+std::string older_checkpoint_hint(const std::string& dir, int64_t before_step,
+                                  const std::string& flag) {
+  std::vector<int64_t> steps = checkpoint_list(dir);
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+    if (*it >= before_step) continue;
+    const std::string prefix = checkpoint_prefix(dir, *it);
+    try {
+      load_training_checkpoint(prefix);
+      return fmt::format("the checkpoint before it, {}, is usable: pass {} {}", prefix, flag, prefix);
+    } catch (const Error&) {
+    }
+  }
+  return fmt::format("no older checkpoint in '{}' is usable", dir);
+}
+
+std::optional<TrainingCheckpoint> find_resume_checkpoint(const std::string& dir) {
+  const std::vector<int64_t> steps = checkpoint_list(dir);
+  // The index is written after the state file, so an index naming a checkpoint without one means
+  // that files were deleted: starting over would overwrite what is left.
+  if (auto named = indexed_prefix(dir);
+      named && !std::filesystem::exists(*named + ".json") && std::filesystem::exists(*named + ".safetensors"))
+    fail("'{}/checkpoint' names {}, but its state file {}.json is missing (deleted?); {}, or use "
+         "another --train_dir",
+         dir, *named, *named,
+         steps.empty() ? std::string("no checkpoint of this dir is complete")
+                       : fmt::format("pass --resume_from {} to resume from the latest complete "
+                                     "checkpoint",
+                                     checkpoint_prefix(dir, steps.back())));
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+    const std::string prefix = checkpoint_prefix(dir, *it);
+    CheckpointData data;
+    try {
+      data = checkpoint_load(prefix);
+    } catch (const Error& e) {
+      std::fprintf(stderr, "%swarning: %s; trying the checkpoint before it\n", log_prefix().c_str(),
+                   e.what());
+      continue;
+    }
+    TrainingCheckpoint c{std::move(data), {}};
+    try {
+      c.state = validated_state(c.data);
+    } catch (const Error& e) {
+      fail("{}\n{}", e.what(), older_checkpoint_hint(dir, *it, "--resume_from"));
+    }
+    if (it != steps.rbegin())
+      std::fprintf(stderr, "%swarning: resuming from the older checkpoint %s\n", log_prefix().c_str(),
+                   prefix.c_str());
+    return c;
+  }
+  if (!steps.empty())
+    fail("none of the {} checkpoints in '{}' is usable (see the warnings above); move them away or "
+         "use another --train_dir",
+         steps.size(), dir);
+  return std::nullopt;
+}
+
+}  // namespace tower

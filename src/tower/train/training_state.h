@@ -1,0 +1,78 @@
+// The state file of a checkpoint (model.ckpt-<step>.json, beside the tensors): where training
+// stands and which run wrote it. One schema, used to save and to restore; every key is checked
+// on load (docs/checkpoint_format.md describes it).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tower/io/checkpoint.h"
+
+namespace tower {
+
+// What must agree between a checkpoint and the run resuming it (the flags that shape the
+// variables, the optimizer slots or the data order).
+struct RunIdentity {
+  std::string model, data;
+  int64_t batch_size = 0;  // per tower
+  int64_t num_towers = 0;
+  int64_t ranks = 0;
+  std::string strategy, optimizer;
+  uint64_t seed = 0;
+};
+
+struct TrainingState {
+  int64_t step = 0;                   // updates done
+  int64_t epoch = 0, epoch_step = 0;  // the input pipeline's position: the next batch to train on
+  RunIdentity run;
+  std::vector<std::string> devices;   // of rank 0, for information
+  bool ema = false;                   // the tensors include "<var>/ExponentialMovingAverage"
+  std::string augmentation;           // empty in checkpoints of older versions
+};
+
+nlohmann::json training_state_to_json(const TrainingState& state);
+
+// Throws tower::Error naming `file` and the key that is missing, of the wrong type or out of
+// range.
+TrainingState training_state_from_json(const nlohmann::json& json, const std::string& file);
+
+// The first field of `saved` that differs from `now`, as "key = saved value" and "key = this
+// run's value"; nothing when they agree.
+struct IdentityDifference {
+  std::string key, saved, now;
+};
+std::optional<IdentityDifference> first_difference(const RunIdentity& saved, const RunIdentity& now);
+
+// A checkpoint of a training run: its tensors and its validated state.
+struct TrainingCheckpoint {
+  CheckpointData data;
+  TrainingState state;
+};
+
+// Writes the tensors (with checksums) and the state; see checkpoint_save.
+void save_training_checkpoint(const std::string& dir, const TrainingState& state,
+                              const std::vector<std::pair<std::string, const Tensor*>>& tensors,
+                              int keep_last);
+
+// Loads a checkpoint and validates its state; a tower::Error names the file and what is wrong
+// (a damaged file, a tensor failing its checksum, a state key).
+TrainingCheckpoint load_training_checkpoint(const std::string& prefix);
+
+// The checkpoint a run resumes from in `dir`, or nothing when there is none:
+//  - the latest complete one; if its files are damaged (truncated, corrupt, failing a checksum)
+//    a warning on stderr names the file, and the one before it is tried, and so on;
+//  - a state file that is intact but does not fit the schema stops with an error naming the
+//    file, the key and the next usable checkpoint (--resume_from);
+//  - so does an index ("checkpoint") naming a checkpoint whose state file is gone, and a dir in
+//    which every checkpoint is damaged: never a silent fresh start over existing checkpoints.
+std::optional<TrainingCheckpoint> find_resume_checkpoint(const std::string& dir);
+
+// "the checkpoint before it, P, is usable: pass FLAG P" or "no older checkpoint in DIR is usable".
+std::string older_checkpoint_hint(const std::string& dir, int64_t before_step,
+                                  const std::string& flag);
+
+}  // namespace tower

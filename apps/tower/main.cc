@@ -3,6 +3,7 @@
 // mpirun, a rank that fails ends the whole job (MPI_Abort), so no other rank waits for it.
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <string>
 
 #include <fmt/format.h>
@@ -49,6 +50,8 @@ int main(int argc, char** argv) {
     int code = app.exit(e);
     return code == 0 ? 0 : 2;
   } catch (const tower::Error& e) {
+    return fail_job(fmt::format("error: {}", e.what()), 1);
+  } catch (const std::filesystem::filesystem_error& e) {  // names the path: the user's to fix
     return fail_job(fmt::format("error: {}", e.what()), 1);
   } catch (const std::exception& e) {
     return fail_job(fmt::format("unexpected error: {}", e.what()), 3);

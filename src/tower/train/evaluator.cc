@@ -52,8 +52,8 @@ double Evaluator::evaluate(const std::function<const Tensor&(const std::string&)
     Tensor& into = m.variables.get(name);
     const Tensor& from = weights(name);
     if (from.shape() != into.shape())
-      fail("variable '{}' has shape {}, but the model built for the images of {} ({}) needs {}",
-           name, from.shape().to_string(), m.dataset->name, m.dataset->image_shape().to_string(),
+      fail("variable '{}' has shape {}, but the model built for the {} images of {} needs {}", name,
+           from.shape().to_string(), m.dataset->image_shape().to_string(), m.dataset->name,
            into.shape().to_string());
     into.copy_from(from);
   }

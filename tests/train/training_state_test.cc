@@ -1,0 +1,95 @@
+#include "tower/train/training_state.h"
+
+#include <gtest/gtest.h>
+
+#include "tower/core/error.h"
+
+namespace tower {
+namespace {
+
+TrainingState example() {
+  TrainingState s;
+  s.step = 1200;
+  s.epoch = 3;
+  s.epoch_step = 17;
+  s.run = {"cifar10", "cifar10:/data", 64, 2, 1, "allreduce", "sgd", 7};
+  s.devices = {"cpu:0", "cpu:1"};
+  s.ema = true;
+  s.augmentation = "cifar10";
+  return s;
+}
+
+std::string error_of(const nlohmann::json& json) {
+  try {
+    training_state_from_json(json, "dir/model.ckpt-1200.json");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(TrainingStateTest, RoundTripsEveryField) {
+  const TrainingState s = example();
+  const nlohmann::json json = training_state_to_json(s);
+  const TrainingState back = training_state_from_json(json, "f.json");
+  EXPECT_EQ(back.step, s.step);
+  EXPECT_EQ(back.epoch, s.epoch);
+  EXPECT_EQ(back.epoch_step, s.epoch_step);
+  EXPECT_FALSE(first_difference(back.run, s.run));
+  EXPECT_EQ(back.devices, s.devices);
+  EXPECT_EQ(back.ema, s.ema);
+  EXPECT_EQ(back.augmentation, s.augmentation);
+  EXPECT_EQ(training_state_to_json(back), json);
+}
+
+TEST(TrainingStateTest, EveryMissingWrongOrOutOfRangeKeyIsNamedWithTheFile) {
+  const nlohmann::json good = training_state_to_json(example());
+  EXPECT_EQ(error_of(nlohmann::json::array()),
+            "checkpoint state file 'dir/model.ckpt-1200.json': the file is not a JSON object");
+  struct Case {
+    std::string pointer;
+    nlohmann::json value;  // null: remove the key
+    std::string message;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"/step", nullptr, "key 'step' is missing (expected a whole number)"},
+           {"/step", -1, "key 'step' is -1 (expected a whole number >= 0)"},
+           {"/step", 1.5, "key 'step' is 1.5 (expected a whole number)"},
+           {"/position", 3, "key 'position' is 3 (expected a JSON object)"},
+           {"/position/epoch", nullptr, "key 'position.epoch' is missing"},
+           {"/run/model", "", "key 'run.model' is empty"},
+           {"/run/batch_size", 0, "key 'run.batch_size' is 0 (expected a whole number >= 1)"},
+           {"/run/seed", "7", "key 'run.seed' is \"7\" (expected a whole number)"},
+           {"/devices", "cpu:0", "key 'devices' is \"cpu:0\" (expected a list of devices)"},
+           {"/devices", nlohmann::json::array({1}), "key 'devices' holds 1"},
+           {"/ema", 1, "key 'ema' is 1 (expected true or false)"},
+           {"/augmentation", 5, "key 'augmentation' is 5 (expected a string)"}}) {
+    SCOPED_TRACE(c.pointer);
+    nlohmann::json bad = good;
+    const nlohmann::json::json_pointer p(c.pointer);
+    if (c.value.is_null())
+      bad[p.parent_pointer()].erase(p.back());
+    else
+      bad[p] = c.value;
+    const std::string message = error_of(bad);
+    EXPECT_NE(message.find("'dir/model.ckpt-1200.json'"), std::string::npos) << message;
+    EXPECT_NE(message.find(c.message), std::string::npos) << message;
+  }
+  // Checkpoints of older versions have no augmentation: accepted, left empty.
+  nlohmann::json old = good;
+  old.erase("augmentation");
+  EXPECT_EQ(training_state_from_json(old, "f").augmentation, "");
+}
+
+TEST(TrainingStateTest, FirstDifferenceNamesTheKey) {
+  RunIdentity a = example().run, b = a;
+  b.num_towers = 4;
+  auto diff = first_difference(a, b);
+  ASSERT_TRUE(diff);
+  EXPECT_EQ(diff->key, "num_towers");
+  EXPECT_EQ(diff->saved, "2");
+  EXPECT_EQ(diff->now, "4");
+}
+
+}  // namespace
+}  // namespace tower

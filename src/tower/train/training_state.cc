@@ -66,13 +66,12 @@ class Reader {
 }  // namespace
 
 Json training_state_to_json(const TrainingState& s) {
-  nlohmann::ordered_json json = {{"step", s.step},
-                                 {"position", {{"epoch", s.epoch}, {"step", s.epoch_step}}},
-                                 {"run", identity_json(s.run)},
-                                 {"devices", s.devices},
-                                 {"ema", s.ema},
-                                 {"augmentation", s.augmentation}};
-  return Json::parse(json.dump());  // keeps the keys in this order when written
+  return {{"step", s.step},
+          {"position", {{"epoch", s.epoch}, {"step", s.epoch_step}}},
+          {"run", Json(identity_json(s.run))},
+          {"devices", s.devices},
+          {"ema", s.ema},
+          {"augmentation", s.augmentation}};
 }
 
 TrainingState training_state_from_json(const Json& json, const std::string& file) {

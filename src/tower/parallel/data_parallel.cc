@@ -9,6 +9,9 @@
 
 namespace tower {
 
+// Building the towers, in stages: check the devices, build the graph (one tower per device),
+// make the replicas of the variables (rank 0's values on every rank), compile each tower, and
+// make the reducer.
 DataParallel::DataParallel(const Shape& example_shape, int64_t global_batch,
                            const TowerFn& tower_fn, DataParallelOptions options)
     : comm_(options.comm), global_batch_(global_batch) {
@@ -16,12 +19,19 @@ DataParallel::DataParallel(const Shape& example_shape, int64_t global_batch,
     own_comm_ = make_single_communicator();
     comm_ = own_comm_.get();
   }
+  check_devices(options);
+  build_graph(example_shape, tower_fn, options);
+  make_replicas(options);
+  compile_towers(options);
+}
+
+void DataParallel::check_devices(const DataParallelOptions& options) {
   const int n = static_cast<int>(options.devices.size());
   if (n == 0) fail("no devices given: pass --devices cpu:0,... or --num_devices N");
-  if (global_batch < n)
+  if (global_batch_ < n)
     fail("the global batch ({}) is smaller than the number of towers ({}): every tower needs at "
          "least one example",
-         global_batch, n);
+         global_batch_, n);
   for (const Device& d : options.devices)
     if (d.kind != options.devices[0].kind)
       fail("cannot mix CPU and GPU towers in one run ({} and {}): give only cpu:N or only cuda:N "
@@ -32,11 +42,17 @@ DataParallel::DataParallel(const Shape& example_shape, int64_t global_batch,
   // GPU towers with mirrored replicas reduce on the GPUs; central keeps the classic host average.
   nccl_ = options.devices[0].kind == DeviceKind::cuda && options.strategy == Strategy::allreduce;
 #endif
+}
+
+// The model function once per device under "tower_<i>" (tower 0 creates the variables, the others
+// reuse them), each with its slice of the batch and the gradients of its loss.
+void DataParallel::build_graph(const Shape& example_shape, const TowerFn& tower_fn,
+                               const DataParallelOptions& options) {
+  const int n = static_cast<int>(options.devices.size());
   std::vector<int> threads = options.threads;
   if (threads.empty()) threads = split_cores(cpu_info().num_cores, n);
   TOWER_CHECK(static_cast<int>(threads.size()) == n);
   graph_.seed = options.seed;
-
   Scope root(graph_);
   int64_t offset = 0;
   towers_.resize(static_cast<size_t>(n));
@@ -44,7 +60,7 @@ DataParallel::DataParallel(const Shape& example_shape, int64_t global_batch,
     Tower& t = towers_[static_cast<size_t>(i)];
     t.device = options.devices[static_cast<size_t>(i)];
     t.threads = threads[static_cast<size_t>(i)];
-    t.batch = global_batch / n + (i < global_batch % n ? 1 : 0);
+    t.batch = global_batch_ / n + (i < global_batch_ % n ? 1 : 0);
     t.offset = offset;
     offset += t.batch;
     Scope scope = root.name_scope(fmt::format("tower_{}", i))
@@ -63,9 +79,13 @@ DataParallel::DataParallel(const Shape& example_shape, int64_t global_batch,
       if (!t.grads[v].defined())
         fail("variable '{}' is trainable but the loss does not depend on it", trainable_[v].name);
   }
+}
 
-  // Variables: one master copy (central) or one replica per tower (allreduce), all initialized
-  // identically; on the host when the towers have memory of their own.
+// Variables: one master copy (central) or one replica per tower (allreduce), all initialized
+// identically; on the host when the towers have memory of their own. Every rank must build the
+// same variables before rank 0's initial values are copied to all.
+void DataParallel::make_replicas(const DataParallelOptions& options) {
+  const int n = num_towers();
   const int num_replicas = options.strategy == Strategy::central ? 1 : n;
   for (int r = 0; r < num_replicas; ++r) {
     replicas_.push_back(std::make_unique<VariableStore>(staged_ ? Device{} : towers_[static_cast<size_t>(r)].device));
@@ -73,19 +93,22 @@ DataParallel::DataParallel(const Shape& example_shape, int64_t global_batch,
   }
   for (const VariableInfo& v : graph_.variables())
     if (v.trainable == Trainable::no) non_trainable_.push_back(v.name);
-
-  // Every rank must build the same variables before rank 0's initial values are copied to all.
   std::vector<std::pair<std::string, std::string>> shapes;
   for (const VariableInfo& v : graph_.variables()) shapes.emplace_back(v.name, v.value.shape().to_string());
   shapes.emplace_back("towers", std::to_string(n));
-  shapes.emplace_back("batch", std::to_string(global_batch));
+  shapes.emplace_back("batch", std::to_string(global_batch_));
   check_same_on_all_ranks(*comm_, shapes, "variables");
   for (auto& replica : replicas_) {
     std::vector<Tensor*> tensors;
     for (const std::string& name : replica->names()) tensors.push_back(&replica->get(name));
     broadcast_from_rank0(*comm_, tensors, "initial variables");
   }
+}
 
+// Each tower's Program (loss, metrics and gradients fetched; tower 0 also runs the updates), then
+// the reducer over the gradient buffers.
+void DataParallel::compile_towers(const DataParallelOptions& options) {
+  const int n = num_towers();
   std::vector<std::vector<Tensor>> grad_buffers;
   std::vector<float> weights;
   for (int i = 0; i < n; ++i) {
@@ -93,7 +116,7 @@ DataParallel::DataParallel(const Shape& example_shape, int64_t global_batch,
     std::vector<Value> fetches = {t.outputs.loss};
     fetches.insert(fetches.end(), t.outputs.metrics.begin(), t.outputs.metrics.end());
     fetches.insert(fetches.end(), t.grads.begin(), t.grads.end());
-    t.replica = num_replicas == 1 ? 0 : i;
+    t.replica = num_replicas() == 1 ? 0 : i;
     VariableStore* vars = replicas_[static_cast<size_t>(t.replica)].get();
     if (staged_) {
       t.device_vars = std::make_unique<VariableStore>(t.device);
@@ -120,8 +143,7 @@ DataParallel::DataParallel(const Shape& example_shape, int64_t global_batch,
       views.push_back(nccl_ ? t.program->output(fetch).view() : fetched(t, fetch).view());
     }
     grad_buffers.push_back(std::move(views));
-    weights.push_back(static_cast<float>(t.batch) /
-                      static_cast<float>(global_batch * comm_->size()));
+    weights.push_back(static_cast<float>(t.batch) / static_cast<float>(global_batch_ * comm_->size()));
   }
 #ifdef TOWER_HAVE_NCCL
   if (nccl_) {

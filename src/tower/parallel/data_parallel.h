@@ -95,6 +95,10 @@ class DataParallel {
     void* copy_stream = nullptr;                 // GPU: input copies
     void* pinned = nullptr;                      // GPU: page-locked images then labels
   };
+  void check_devices(const DataParallelOptions& options);
+  void build_graph(const Shape& example_shape, const TowerFn& tower_fn, const DataParallelOptions& options);
+  void make_replicas(const DataParallelOptions& options);
+  void compile_towers(const DataParallelOptions& options);
   void copy_inputs(Tower& t, const Tensor& images, const Tensor& labels);
   void run_tower(Tower& t, int index, uint64_t step);
   const Tensor& fetched(const Tower& t, int fetch) const;

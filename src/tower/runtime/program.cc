@@ -4,7 +4,6 @@
 #include <chrono>
 #include <cstdlib>
 #include <map>
-#include <set>
 
 #include "tower/core/allocator.h"
 #include "tower/kernels/kernel.h"
@@ -80,6 +79,7 @@ struct Program::Impl {
   std::vector<int> fetch_buffers;   // plain buffer of each fetch
   std::vector<int> source_fetches;  // fetches that are variables/placeholders
   Tensor arena;
+  std::vector<Block> scratch_blocks;  // per step
   ProgramStats stats;
   bool profiling = false;
   std::string placement;
@@ -131,8 +131,142 @@ struct Program::Impl {
     ++stats.reorders;
     return steps.back().outputs[0];
   }
+
+  // 1. The nodes needed for the fetches and targets (ids are topological: inputs come first).
+  static std::vector<char> needed_nodes(const Graph& graph, const std::vector<Value>& fetches,
+                                        const std::vector<Value>& extra_targets) {
+    std::vector<char> needed(graph.nodes().size(), 0);
+    std::vector<const Node*> stack;
+    for (const Value& v : fetches) stack.push_back(v.node);
+    for (const Value& v : extra_targets) stack.push_back(v.node);
+    while (!stack.empty()) {
+      const Node* n = stack.back();
+      stack.pop_back();
+      if (needed[static_cast<size_t>(n->id)]) continue;
+      needed[static_cast<size_t>(n->id)] = 1;
+      for (const Value& in : n->inputs) stack.push_back(in.node);
+    }
+    return needed;
+  }
+
+  // 2. A source gets its own storage; every other node gets a kernel, built knowing the layouts
+  // its inputs come in, preceded by the reorders into the layouts it reads. Fetched values get a
+  // plain buffer right after their producer, so that reducers may start on them at once.
+  void add_node(const Node& node, VariableStore& variables) {
+    placement += fmt::format("{} ({}) -> {}\n", node.name, node.op, options.device.to_string());
+    Tensor source;
+    if (node.op == "Variable") {
+      source = variables.get(node.attr<VariableAttrs>().name).view();
+    } else if (node.op == "Placeholder") {
+      const TensorSpec& spec = node.outputs[0];
+      source = owned.emplace(node.id, Tensor(spec.shape, spec.dtype, options.device)).first->second.view();
+    } else if (node.op == "Constant") {
+      const auto& a = node.attr<ConstantAttrs>();
+      Tensor host(a.spec.shape, a.spec.dtype);
+      std::fill_n(host.data<float>(), host.numel(), a.value);
+      auto& t = owned.emplace(node.id, Tensor(a.spec.shape, a.spec.dtype, options.device)).first->second;
+      t.copy_from(host);
+      source = t.view();
+    } else {
+      add_kernel(node);
+      return;
+    }
+    int b = add_buffer(Value{const_cast<Node*>(&node), 0}, Layout{}, -1);
+    buffers[static_cast<size_t>(b)].external = true;
+    buffers[static_cast<size_t>(b)].view = std::move(source);
+  }
+
+  void add_kernel(const Node& node) {
+    const KernelFactory* factory = find_kernel(node.op, options.device.kind);
+    if (factory == nullptr)
+      fail("{} ({}): no kernel for op {} on {}", node.name, node.op, node.op, options.device.to_string());
+    KernelContext context{options.device, options.num_threads, stream, {}, options.deterministic};
+    for (const Value& in : node.inputs)
+      context.input_layouts.push_back(buffers[static_cast<size_t>(versions.at(key(in)).front())].layout);
+    Step step;
+    step.node = &node;
+    step.kernel = (*factory)(node, context);
+    for (size_t i = 0; i < node.inputs.size(); ++i)
+      step.inputs.push_back(buffer_in(node.inputs[i], step.kernel->input_layout(static_cast<int>(i))));
+    const int position = static_cast<int>(steps.size());
+    for (size_t o = 0; o < node.outputs.size(); ++o)
+      step.outputs.push_back(add_buffer(Value{const_cast<Node*>(&node), static_cast<int>(o)},
+                                        step.kernel->output_layout(static_cast<int>(o)), position));
+    steps.push_back(std::move(step));
+    ++stats.num_kernels;
+    for (size_t o = 0; o < node.outputs.size(); ++o) {
+      Value v{const_cast<Node*>(&node), static_cast<int>(o)};
+      int b = versions.at(key(v)).front();
+      if (buffers[static_cast<size_t>(b)].layout.is_plain()) continue;
+      if (!options.propagate_layouts) {
+        // Every value plain between kernels: consumers see only the plain copy.
+        versions.at(key(v)) = {buffer_in(v, Layout{})};
+      } else if (std::any_of(fetches.begin(), fetches.end(), [&](const Value& f) { return key(f) == key(v); })) {
+        buffer_in(v, Layout{});
+      }
+    }
+  }
+
+  // 3. Memory plan: one block per buffer and per scratchpad, alive from its producer to its last
+  // reader (fetches to the end of the step), placed in one arena.
+  void plan_memory() {
+    const int end = static_cast<int>(steps.size());
+    scratch_blocks.assign(steps.size(), Block{});
+    for (int p = 0; p < end; ++p) {
+      const Step& step = steps[static_cast<size_t>(p)];
+      for (int b : step.inputs) {
+        Block& block = buffers[static_cast<size_t>(b)].block;
+        block.last = std::max(block.last, p);
+      }
+      scratch_blocks[static_cast<size_t>(p)] = Block{align_up(step.kernel->scratch_bytes()), p, p};
+    }
+    for (const Value& f : fetches) {
+      int b = buffer_in(f, Layout{});  // exists: sources are plain, add_kernel made the others
+      fetch_buffers.push_back(b);
+      buffers[static_cast<size_t>(b)].block.last = end;
+    }
+    TOWER_CHECK(static_cast<int>(steps.size()) == end);
+    std::vector<Block*> blocks;
+    for (Buffer& b : buffers) {
+      if (b.external) continue;
+      b.block.bytes = align_up(std::max<size_t>(b.layout.bytes(b.value.spec()), 1));
+      blocks.push_back(&b.block);
+      stats.unplanned_bytes += b.block.bytes;
+    }
+    for (auto& b : scratch_blocks)
+      if (b.bytes > 0) blocks.push_back(&b);
+    stats.arena_bytes = plan_blocks(blocks);
+    arena = Tensor(Shape{static_cast<int64_t>(std::max<size_t>(stats.arena_bytes, 1))}, DType::u8,
+                   options.device);
+    auto* base = static_cast<char*>(arena.raw_data());
+    for (Buffer& b : buffers)
+      if (!b.external) b.view = Tensor::wrap(base + b.block.offset, b.value.shape(), b.value.dtype(), options.device);
+  }
+
+  // 4. Every kernel bound to its buffers, once; each fetch marked ready after its producer.
+  void bind_kernels() {
+    auto* base = static_cast<char*>(arena.raw_data());
+    for (size_t p = 0; p < steps.size(); ++p) {
+      Step& step = steps[p];
+      for (int b : step.inputs) step.io.inputs.push_back(buffers[static_cast<size_t>(b)].view.view());
+      for (int b : step.outputs) step.io.outputs.push_back(buffers[static_cast<size_t>(b)].view.view());
+      const Block& s = scratch_blocks[p];
+      step.io.scratch = s.bytes > 0 ? base + s.offset : nullptr;
+      step.kernel->bind(step.io);
+    }
+    for (size_t i = 0; i < fetches.size(); ++i) {
+      const Buffer& b = buffers[static_cast<size_t>(fetch_buffers[i])];
+      if (b.external) {
+        source_fetches.push_back(static_cast<int>(i));
+        continue;
+      }
+      steps[static_cast<size_t>(b.block.first)].ready_fetches.push_back(static_cast<int>(i));
+    }
+  }
 };
 
+// Compiling a graph for one device, in four stages (Impl::needed_nodes, add_node, plan_memory,
+// bind_kernels).
 Program::Program(const Graph& graph, std::vector<Value> fetches, VariableStore& variables,
                  ProgramOptions options, std::vector<Value> extra_targets)
     : impl_(std::make_unique<Impl>()) {
@@ -143,142 +277,13 @@ Program::Program(const Graph& graph, std::vector<Value> fetches, VariableStore& 
     options.propagate_layouts = false;
   m.options = options;
   m.fetches = fetches;
-
-  // 1. The nodes needed, in id order (ids are topological: inputs exist before their users).
-  std::vector<char> needed(graph.nodes().size(), 0);
-  std::vector<const Node*> stack;
-  for (const Value& v : fetches) stack.push_back(v.node);
-  for (const Value& v : extra_targets) stack.push_back(v.node);
-  while (!stack.empty()) {
-    const Node* n = stack.back();
-    stack.pop_back();
-    if (needed[static_cast<size_t>(n->id)]) continue;
-    needed[static_cast<size_t>(n->id)] = 1;
-    for (const Value& in : n->inputs) stack.push_back(in.node);
-  }
-  std::set<std::pair<int, int>> fetched;
-  for (const Value& f : fetches) fetched.insert(Impl::key(f));
-
   if (options.device.kind != DeviceKind::cpu)
     m.stream = device_ops(options.device.kind).create_stream(options.device.index);
-  // 2. Sources get their own storage; every other node gets a kernel, built knowing the layouts
-  // its inputs come in, preceded by the reorders into the layouts it reads. Fetched values get a
-  // plain buffer right after their producer, so that reducers may start on them at once.
-  for (const auto& node_ptr : graph.nodes()) {
-    const Node& node = *node_ptr;
-    if (!needed[static_cast<size_t>(node.id)]) continue;
-    m.placement += fmt::format("{} ({}) -> {}\n", node.name, node.op, options.device.to_string());
-    Value out{const_cast<Node*>(&node), 0};
-    Tensor source;
-    if (node.op == "Variable") {
-      source = variables.get(node.attr<VariableAttrs>().name).view();
-    } else if (node.op == "Placeholder") {
-      const TensorSpec& spec = node.outputs[0];
-      source = m.owned.emplace(node.id, Tensor(spec.shape, spec.dtype, options.device))
-                   .first->second.view();
-    } else if (node.op == "Constant") {
-      const auto& a = node.attr<ConstantAttrs>();
-      Tensor host(a.spec.shape, a.spec.dtype);
-      std::fill_n(host.data<float>(), host.numel(), a.value);
-      auto& t = m.owned.emplace(node.id, Tensor(a.spec.shape, a.spec.dtype, options.device))
-                    .first->second;
-      t.copy_from(host);
-      source = t.view();
-    } else {
-      const KernelFactory* factory = find_kernel(node.op, options.device.kind);
-      if (factory == nullptr)
-        fail("{} ({}): no kernel for op {} on {}", node.name, node.op, node.op,
-             options.device.to_string());
-      KernelContext context{options.device, options.num_threads, m.stream, {}, options.deterministic};
-      for (const Value& in : node.inputs)
-        context.input_layouts.push_back(
-            m.buffers[static_cast<size_t>(m.versions.at(Impl::key(in)).front())].layout);
-      Impl::Step step;
-      step.node = &node;
-      step.kernel = (*factory)(node, context);
-      for (size_t i = 0; i < node.inputs.size(); ++i)
-        step.inputs.push_back(
-            m.buffer_in(node.inputs[i], step.kernel->input_layout(static_cast<int>(i))));
-      const int position = static_cast<int>(m.steps.size());
-      for (size_t o = 0; o < node.outputs.size(); ++o)
-        step.outputs.push_back(m.add_buffer(Value{const_cast<Node*>(&node), static_cast<int>(o)},
-                                            step.kernel->output_layout(static_cast<int>(o)),
-                                            position));
-      m.steps.push_back(std::move(step));
-      ++m.stats.num_kernels;
-      for (size_t o = 0; o < node.outputs.size(); ++o) {
-        Value v{const_cast<Node*>(&node), static_cast<int>(o)};
-        int b = m.versions.at(Impl::key(v)).front();
-        if (m.buffers[static_cast<size_t>(b)].layout.is_plain()) continue;
-        if (!options.propagate_layouts) {
-          // Every value plain between kernels: consumers see only the plain copy.
-          m.versions.at(Impl::key(v)) = {m.buffer_in(v, Layout{})};
-        } else if (fetched.count(Impl::key(v))) {
-          m.buffer_in(v, Layout{});
-        }
-      }
-      continue;
-    }
-    int b = m.add_buffer(out, Layout{}, -1);
-    m.buffers[static_cast<size_t>(b)].external = true;
-    m.buffers[static_cast<size_t>(b)].view = std::move(source);
-  }
-
-  // 3. Memory plan: one block per buffer and per scratchpad, alive from its producer to its last
-  // reader (fetches to the end of the step).
-  const int end = static_cast<int>(m.steps.size());
-  std::vector<Block> scratch_blocks(m.steps.size());
-  for (int p = 0; p < end; ++p) {
-    const Impl::Step& step = m.steps[static_cast<size_t>(p)];
-    for (int b : step.inputs) {
-      Block& block = m.buffers[static_cast<size_t>(b)].block;
-      block.last = std::max(block.last, p);
-    }
-    scratch_blocks[static_cast<size_t>(p)] = Block{align_up(step.kernel->scratch_bytes()), p, p};
-  }
-  for (const Value& f : fetches) {
-    int b = m.buffer_in(f, Layout{});  // exists: sources are plain, step 2 made the others
-    m.fetch_buffers.push_back(b);
-    m.buffers[static_cast<size_t>(b)].block.last = end;
-  }
-  TOWER_CHECK(static_cast<int>(m.steps.size()) == end);
-  std::vector<Block*> blocks;
-  for (Impl::Buffer& b : m.buffers) {
-    if (b.external) continue;
-    b.block.bytes = align_up(std::max<size_t>(b.layout.bytes(b.value.spec()), 1));
-    blocks.push_back(&b.block);
-    m.stats.unplanned_bytes += b.block.bytes;
-  }
-  for (auto& b : scratch_blocks)
-    if (b.bytes > 0) blocks.push_back(&b);
-  m.stats.arena_bytes = plan_blocks(blocks);
-  m.arena = Tensor(Shape{static_cast<int64_t>(std::max<size_t>(m.stats.arena_bytes, 1))}, DType::u8,
-                   options.device);
-  auto* base = static_cast<char*>(m.arena.raw_data());
-  for (Impl::Buffer& b : m.buffers)
-    if (!b.external)
-      b.view =
-          Tensor::wrap(base + b.block.offset, b.value.shape(), b.value.dtype(), options.device);
-
-  // 4. Bind every kernel to its buffers, once.
-  for (int p = 0; p < end; ++p) {
-    Impl::Step& step = m.steps[static_cast<size_t>(p)];
-    for (int b : step.inputs)
-      step.io.inputs.push_back(m.buffers[static_cast<size_t>(b)].view.view());
-    for (int b : step.outputs)
-      step.io.outputs.push_back(m.buffers[static_cast<size_t>(b)].view.view());
-    const Block& s = scratch_blocks[static_cast<size_t>(p)];
-    step.io.scratch = s.bytes > 0 ? base + s.offset : nullptr;
-    step.kernel->bind(step.io);
-  }
-  for (size_t i = 0; i < fetches.size(); ++i) {
-    const Impl::Buffer& b = m.buffers[static_cast<size_t>(m.fetch_buffers[i])];
-    if (b.external) {
-      m.source_fetches.push_back(static_cast<int>(i));
-      continue;
-    }
-    m.steps[static_cast<size_t>(b.block.first)].ready_fetches.push_back(static_cast<int>(i));
-  }
+  const std::vector<char> needed = Impl::needed_nodes(graph, fetches, extra_targets);
+  for (const auto& node : graph.nodes())
+    if (needed[static_cast<size_t>(node->id)]) m.add_node(*node, variables);
+  m.plan_memory();
+  m.bind_kernels();
 }
 
 Program::~Program() = default;

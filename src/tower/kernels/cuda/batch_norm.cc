@@ -1,6 +1,7 @@
 // CUDA kernels of FusedBatchNorm, FusedBatchNormGrad and AssignMovingAverage (batch_norm.cu), with
 // the CPU kernel's formulas and outputs: training normalizes with the batch statistics and outputs
 // them (variance biased); inference normalizes with the moving ones and outputs those.
+#include "tower/kernels/cuda/batch_norm.h"
 #include "tower/kernels/cuda/cuda_util.h"
 #include "tower/ops/batch_norm.h"
 

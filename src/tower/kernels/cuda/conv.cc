@@ -5,6 +5,7 @@
 // convolution runs unpadded.
 #include <algorithm>
 
+#include "tower/kernels/cuda/conv.h"
 #include "tower/kernels/cuda/cuda_util.h"
 #include "tower/ops/conv.h"
 

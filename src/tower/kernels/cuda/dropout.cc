@@ -1,6 +1,7 @@
 // CUDA kernels of Dropout and DropoutGrad (dropout.cu): the same Philox stream as the CPU kernel,
 // keyed by (seed, "dropout", key node, salt, step), so both devices drop the same elements.
 #include "tower/core/philox.h"
+#include "tower/kernels/cuda/dropout.h"
 #include "tower/kernels/cuda/cuda_util.h"
 #include "tower/ops/dropout.h"
 

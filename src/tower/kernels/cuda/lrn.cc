@@ -1,4 +1,5 @@
 // CUDA kernels of LRN and LRNGrad (lrn.cu), TensorFlow semantics as the CPU kernel.
+#include "tower/kernels/cuda/lrn.h"
 #include "tower/kernels/cuda/cuda_util.h"
 #include "tower/ops/lrn.h"
 

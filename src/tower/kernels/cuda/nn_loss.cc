@@ -3,6 +3,7 @@
 // difference: a label outside [0, K) cannot stop the step without synchronizing the stream, so
 // the GPU gives a NaN loss (and gradient row) for it, as TensorFlow's GPU kernel does; the NaN
 // guard of the training loop then stops the run.
+#include "tower/kernels/cuda/nn_loss.h"
 #include "tower/kernels/cuda/cuda_util.h"
 #include "tower/ops/nn_loss.h"
 

@@ -1,5 +1,6 @@
 // CUDA kernels of MaxPool, AvgPool and their gradients (pool.cu): TensorFlow's padding, the CPU
 // kernel's tie rule. MaxPoolGrad recomputes the argmax of every window into scratch, then gathers.
+#include "tower/kernels/cuda/pool.h"
 #include "tower/kernels/cuda/cuda_util.h"
 #include "tower/ops/pool.h"
 

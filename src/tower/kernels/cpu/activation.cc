@@ -35,8 +35,7 @@ class EltwiseForwardKernel : public Kernel {
   void bind(const KernelIO& io) override {
     args_ = {{DNNL_ARG_SRC, make_memory(pd_.src_desc(), io.inputs[0])},
              {DNNL_ARG_DST, make_memory(pd_.dst_desc(), io.outputs[0])}};
-    if (scratch_bytes() > 0)
-      args_[DNNL_ARG_SCRATCHPAD] = memory(pd_.scratchpad_desc(), engine(), io.scratch);
+    add_scratchpad(args_, pd_.scratchpad_desc(), io.scratch);
   }
   void run(const KernelIO& io) override { execute(node_, prim_, args_); }
   Layout input_layout(int) const override { return layout_; }
@@ -70,8 +69,7 @@ class EltwiseBackwardKernel : public Kernel {
     args_ = {{DNNL_ARG_DIFF_DST, make_memory(pd_.diff_dst_desc(), io.inputs[0])},
              {DNNL_ARG_DST, make_memory(pd_.diff_dst_desc(), io.inputs[1])},
              {DNNL_ARG_DIFF_SRC, make_memory(pd_.diff_src_desc(), io.outputs[0])}};
-    if (scratch_bytes() > 0)
-      args_[DNNL_ARG_SCRATCHPAD] = memory(pd_.scratchpad_desc(), engine(), io.scratch);
+    add_scratchpad(args_, pd_.scratchpad_desc(), io.scratch);
   }
   void run(const KernelIO& io) override { execute(node_, prim_, args_); }
   Layout input_layout(int) const override { return layout_; }

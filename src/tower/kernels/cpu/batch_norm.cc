@@ -32,11 +32,6 @@ dnnl::batch_normalization_forward::primitive_desc forward_pd(const Node& node, c
   });
 }
 
-void add_scratchpad(std::unordered_map<int, dnnl::memory>& args, const dnnl::memory::desc& md,
-                    void* scratch) {
-  if (md.get_size() > 0) args[DNNL_ARG_SCRATCHPAD] = dnnl::memory(md, engine(), scratch);
-}
-
 // Inputs (x, gamma, beta, moving_mean, moving_var) -> (y, mean, variance).
 class FusedBatchNormKernel : public Kernel {
  public:

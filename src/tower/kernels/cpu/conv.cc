@@ -68,8 +68,7 @@ class ConvKernel : public Kernel {
                                       : io.inputs[static_cast<size_t>(arg.index)];
       prim_args_[arg.dnnl_arg] = make_memory(arg.md, t);
     }
-    if (scratchpad_md_.get_size() > 0)
-      prim_args_[DNNL_ARG_SCRATCHPAD] = memory(scratchpad_md_, engine(), io.scratch);
+    add_scratchpad(prim_args_, scratchpad_md_, io.scratch);
   }
 
   void run(const KernelIO& io) override {

@@ -76,6 +76,11 @@ dnnl::primitive_attr user_scratchpad() {
   return attr;
 }
 
+void add_scratchpad(std::unordered_map<int, dnnl::memory>& args, const dnnl::memory::desc& md,
+                    void* scratch) {
+  if (md.get_size() > 0) args[DNNL_ARG_SCRATCHPAD] = dnnl::memory(md, engine(), scratch);
+}
+
 void execute(const Node& node, const dnnl::primitive& prim,
              const std::unordered_map<int, dnnl::memory>& args) {
   try {

@@ -36,6 +36,10 @@ dnnl::memory make_memory(const dnnl::memory::desc& md, const Tensor& tensor);
 
 // Primitive attributes asking oneDNN to use the scratchpad we plan (no allocation in a step).
 dnnl::primitive_attr user_scratchpad();
+// Binds the primitive's scratchpad (`md`, from its primitive descriptor) to `scratch`, when it
+// needs one.
+void add_scratchpad(std::unordered_map<int, dnnl::memory>& args, const dnnl::memory::desc& md,
+                    void* scratch);
 // Bytes rounded up to a 64-byte multiple (sub-buffers of a kernel's scratch stay aligned).
 constexpr size_t align64(size_t bytes) { return (bytes + 63) / 64 * 64; }
 

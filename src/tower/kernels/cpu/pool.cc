@@ -52,8 +52,7 @@ class PoolForwardKernel : public Kernel {
   void bind(const KernelIO& io) override {
     args_ = {{DNNL_ARG_SRC, make_memory(pd_.src_desc(), io.inputs[0])},
              {DNNL_ARG_DST, make_memory(pd_.dst_desc(), io.outputs[0])}};
-    if (scratch_bytes() > 0)
-      args_[DNNL_ARG_SCRATCHPAD] = memory(pd_.scratchpad_desc(), engine(), io.scratch);
+    add_scratchpad(args_, pd_.scratchpad_desc(), io.scratch);
   }
   void run(const KernelIO& io) override { execute(node_, prim_, args_); }
 
@@ -109,17 +108,14 @@ class PoolBackwardKernel : public Kernel {
     const Tensor& dy = io.inputs[is_max_ ? 1 : 0];
     bwd_args_ = {{DNNL_ARG_DIFF_DST, make_memory(bwd_pd_.diff_dst_desc(), dy)},
                  {DNNL_ARG_DIFF_SRC, make_memory(bwd_pd_.diff_src_desc(), io.outputs[0])}};
-    if (bwd_pd_.scratchpad_desc().get_size() > 0)
-      bwd_args_[DNNL_ARG_SCRATCHPAD] =
-          memory(bwd_pd_.scratchpad_desc(), engine(), scratch + bwd_scratchpad_at_);
+    add_scratchpad(bwd_args_, bwd_pd_.scratchpad_desc(), scratch + bwd_scratchpad_at_);
     if (!is_max_) return;
     memory workspace(fwd_pd_.workspace_desc(), engine(), scratch + workspace_at_);
     bwd_args_[DNNL_ARG_WORKSPACE] = workspace;
     fwd_args_ = {{DNNL_ARG_SRC, make_memory(fwd_pd_.src_desc(), io.inputs[0])},
                  {DNNL_ARG_DST, memory(fwd_pd_.dst_desc(), engine(), scratch + y_at_)},
                  {DNNL_ARG_WORKSPACE, workspace}};
-    if (fwd_pd_.scratchpad_desc().get_size() > 0)
-      fwd_args_[DNNL_ARG_SCRATCHPAD] = memory(fwd_pd_.scratchpad_desc(), engine(), scratch);
+    add_scratchpad(fwd_args_, fwd_pd_.scratchpad_desc(), scratch);
   }
 
   void run(const KernelIO& io) override {

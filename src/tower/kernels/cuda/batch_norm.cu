@@ -2,31 +2,19 @@
 // kernel (oneDNN batch_normalization):
 //   forward   y = gamma / sqrt(var + eps) * (x - mean) + beta (var biased: divided by n * plane)
 //   backward  dbeta = sum dy, dgamma = sum dy (x - mean) / sqrt(var + eps),
-//             dx = gamma / sqrt(var + eps) * (dy - dbeta / M - (x - mean) dgamma / sqrt(var + eps) / M)
-//             in training (M = n * plane), dx = gamma / sqrt(var + eps) * dy with the moving stats.
+//             dx = gamma / sqrt(var + eps) * (dy - dbeta / M - (x - mean) dgamma / sqrt(var + eps)
+//             / M) in training (M = n * plane), dx = gamma / sqrt(var + eps) * dy with the moving
+//             stats.
 // Per-channel sums: one block per channel, each thread a fixed strided share in double, then a
 // fixed tree (deterministic; the CPU sums in float, so results agree to float rounding).
-#include "tower/kernels/cuda/launch.h"
+#include "tower/kernels/cuda/batch_norm.h"
+#include "tower/kernels/cuda/launch.cuh"
 
 namespace tower::cuda {
 namespace {
 
-constexpr int kThreads = 256;
-
 __device__ __forceinline__ int64_t channel_index(int64_t j, int64_t c, const BatchNormDims& d) {
   return (j / d.plane * d.c + c) * d.plane + j % d.plane;  // j-th element of channel c
-}
-
-__device__ double block_sum(double v, double* shared) {
-  shared[threadIdx.x] = v;
-  __syncthreads();
-  for (int width = kThreads / 2; width > 0; width /= 2) {
-    if (threadIdx.x < width) shared[threadIdx.x] += shared[threadIdx.x + width];
-    __syncthreads();
-  }
-  const double total = shared[0];
-  __syncthreads();
-  return total;
 }
 
 __global__ void stats_kernel(const float* x, float* mean, float* variance, BatchNormDims d) {
@@ -47,17 +35,19 @@ __global__ void stats_kernel(const float* x, float* mean, float* variance, Batch
   }
 }
 
-__global__ void apply_kernel(const float* x, const float* gamma, const float* beta, const float* mean,
-                             const float* variance, float epsilon, float* y, BatchNormDims d, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+__global__ void apply_kernel(const float* x, const float* gamma, const float* beta,
+                             const float* mean, const float* variance, float epsilon, float* y,
+                             BatchNormDims d, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) {
     const int64_t c = i / d.plane % d.c;
     const float sm = gamma[c] / sqrtf(variance[c] + epsilon);
     y[i] = sm * (x[i] - mean[c]) + beta[c];
   }
 }
 
-__global__ void grad_sums_kernel(const float* dy, const float* x, const float* mean, const float* variance,
-                                 float epsilon, float* dgamma, float* dbeta, BatchNormDims d) {
+__global__ void grad_sums_kernel(const float* dy, const float* x, const float* mean,
+                                 const float* variance, float epsilon, float* dgamma, float* dbeta,
+                                 BatchNormDims d) {
   __shared__ double shared[kThreads];
   const int64_t c = blockIdx.x, m = d.n * d.plane;
   const float mu = mean[c];
@@ -75,11 +65,12 @@ __global__ void grad_sums_kernel(const float* dy, const float* x, const float* m
   }
 }
 
-__global__ void grad_dx_kernel(const float* dy, const float* x, const float* gamma, const float* mean,
-                               const float* variance, float epsilon, bool training, const float* dgamma,
-                               const float* dbeta, float* dx, BatchNormDims d, int64_t n) {
+__global__ void grad_dx_kernel(const float* dy, const float* x, const float* gamma,
+                               const float* mean, const float* variance, float epsilon,
+                               bool training, const float* dgamma, const float* dbeta, float* dx,
+                               BatchNormDims d, int64_t n) {
   const float m = static_cast<float>(d.n * d.plane);
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) {
     const int64_t c = i / d.plane % d.c;
     const float inv_std = 1.0f / sqrtf(variance[c] + epsilon);
     float v = dy[i];
@@ -88,8 +79,9 @@ __global__ void grad_dx_kernel(const float* dy, const float* x, const float* gam
   }
 }
 
-__global__ void moving_average_kernel(float* variable, const float* value, float* out, float decay, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+__global__ void moving_average_kernel(float* variable, const float* value, float* out, float decay,
+                                      int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) {
     // Rounded like the CPU's plain expression (no fused multiply-add).
     const float v = __fadd_rn(__fmul_rn(decay, variable[i]), __fmul_rn(1.0f - decay, value[i]));
     variable[i] = v;
@@ -101,38 +93,31 @@ __global__ void moving_average_kernel(float* variable, const float* value, float
 
 void launch_batch_norm_stats(const float* x, float* mean, float* variance, const BatchNormDims& d,
                              cudaStream_t stream) {
-  if (d.c == 0) return;
-  stats_kernel<<<static_cast<unsigned>(d.c), kThreads, 0, stream>>>(x, mean, variance, d);
-  TOWER_CUDA_CHECK(cudaGetLastError());
+  launch_blocks(stats_kernel, d.c, kThreads, stream, x, mean, variance, d);
 }
 
-void launch_batch_norm_apply(const float* x, const float* gamma, const float* beta, const float* mean,
-                             const float* variance, float epsilon, float* y, const BatchNormDims& d,
-                             cudaStream_t stream) {
+void launch_batch_norm_apply(const float* x, const float* gamma, const float* beta,
+                             const float* mean, const float* variance, float epsilon, float* y,
+                             const BatchNormDims& d, cudaStream_t stream) {
   const int64_t n = d.n * d.c * d.plane;
-  if (n == 0) return;
-  apply_kernel<<<grid_blocks(n, kThreads), kThreads, 0, stream>>>(x, gamma, beta, mean, variance, epsilon, y, d, n);
-  TOWER_CUDA_CHECK(cudaGetLastError());
+  launch_items(apply_kernel, n, stream, x, gamma, beta, mean, variance, epsilon, y, d, n);
 }
 
 void launch_batch_norm_grad(const float* dy, const float* x, const float* gamma, const float* mean,
-                            const float* variance, float epsilon, bool training, float* dx, float* dgamma,
-                            float* dbeta, const BatchNormDims& d, cudaStream_t stream) {
+                            const float* variance, float epsilon, bool training, float* dx,
+                            float* dgamma, float* dbeta, const BatchNormDims& d,
+                            cudaStream_t stream) {
   const int64_t n = d.n * d.c * d.plane;
   if (n == 0) return;
-  grad_sums_kernel<<<static_cast<unsigned>(d.c), kThreads, 0, stream>>>(dy, x, mean, variance, epsilon, dgamma,
-                                                                        dbeta, d);
-  TOWER_CUDA_CHECK(cudaGetLastError());
-  grad_dx_kernel<<<grid_blocks(n, kThreads), kThreads, 0, stream>>>(dy, x, gamma, mean, variance, epsilon, training,
-                                                                    dgamma, dbeta, dx, d, n);
-  TOWER_CUDA_CHECK(cudaGetLastError());
+  launch_blocks(grad_sums_kernel, d.c, kThreads, stream, dy, x, mean, variance, epsilon, dgamma,
+                dbeta, d);
+  launch_items(grad_dx_kernel, n, stream, dy, x, gamma, mean, variance, epsilon, training, dgamma,
+               dbeta, dx, d, n);
 }
 
-void launch_assign_moving_average(float* variable, const float* value, float* out, float decay, int64_t n,
-                                  cudaStream_t stream) {
-  if (n == 0) return;
-  moving_average_kernel<<<grid_blocks(n, kThreads), kThreads, 0, stream>>>(variable, value, out, decay, n);
-  TOWER_CUDA_CHECK(cudaGetLastError());
+void launch_assign_moving_average(float* variable, const float* value, float* out, float decay,
+                                  int64_t n, cudaStream_t stream) {
+  launch_items(moving_average_kernel, n, stream, variable, value, out, decay, n);
 }
 
 }  // namespace tower::cuda

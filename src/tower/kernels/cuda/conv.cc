@@ -3,6 +3,8 @@
 // algorithms only unless the context allows others). cuDNN pads symmetrically; when TensorFlow's
 // SAME padding puts one more pixel after, the image is padded explicitly in scratch and the
 // convolution runs unpadded.
+#include "tower/kernels/cuda/conv.h"
+
 #include <algorithm>
 
 #include "tower/kernels/cuda/cuda_util.h"
@@ -20,10 +22,12 @@ class ConvKernel : public Kernel {
   ConvKernel(const Node& node, const KernelContext& context, Mode mode)
       : mode_(mode), stream_(stream_of(context)), deterministic_(context.deterministic) {
     use_device(context.device);
-    const ops::Conv2DAttrs& attrs = mode == Mode::forward ? node.attr<ops::Conv2DAttrs>()
-                                                          : node.attr<ops::Conv2DBackpropAttrs>().conv;
-    x_ = mode == Mode::backward_data ? node.attr<ops::Conv2DBackpropAttrs>().shape : node.inputs[0].shape();
-    w_ = mode == Mode::forward ? node.inputs[1].shape()
+    const ops::Conv2DAttrs& attrs = mode == Mode::forward
+                                        ? node.attr<ops::Conv2DAttrs>()
+                                        : node.attr<ops::Conv2DBackpropAttrs>().conv;
+    x_ = mode == Mode::backward_data ? node.attr<ops::Conv2DBackpropAttrs>().shape
+                                     : node.inputs[0].shape();
+    w_ = mode == Mode::forward         ? node.inputs[1].shape()
          : mode == Mode::backward_data ? node.inputs[0].shape()
                                        : node.attr<ops::Conv2DBackpropAttrs>().shape;
     const Shape y = mode == Mode::forward ? node.outputs[0].shape : node.inputs[1].shape();
@@ -49,15 +53,17 @@ class ConvKernel : public Kernel {
     TOWER_CUDA_CHECK(cudnnCreateFilterDescriptor(&w_desc_));
     TOWER_CUDA_CHECK(cudnnCreateConvolutionDescriptor(&conv_desc_));
     auto dim = [](int64_t d) { return static_cast<int>(d); };
-    TOWER_CUDA_CHECK(cudnnSetTensor4dDescriptor(x_desc_, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, dim(x_[0]),
-                                                dim(x_[1]), dim(padded_h_), dim(padded_w_)));
-    TOWER_CUDA_CHECK(cudnnSetTensor4dDescriptor(y_desc_, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, dim(y[0]),
-                                                dim(y[1]), dim(y[2]), dim(y[3])));
-    TOWER_CUDA_CHECK(cudnnSetFilter4dDescriptor(w_desc_, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, dim(w_[0]),
-                                                dim(w_[1]), dim(w_[2]), dim(w_[3])));
+    TOWER_CUDA_CHECK(cudnnSetTensor4dDescriptor(x_desc_, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT,
+                                                dim(x_[0]), dim(x_[1]), dim(padded_h_),
+                                                dim(padded_w_)));
+    TOWER_CUDA_CHECK(cudnnSetTensor4dDescriptor(y_desc_, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT,
+                                                dim(y[0]), dim(y[1]), dim(y[2]), dim(y[3])));
+    TOWER_CUDA_CHECK(cudnnSetFilter4dDescriptor(w_desc_, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW,
+                                                dim(w_[0]), dim(w_[1]), dim(w_[2]), dim(w_[3])));
     TOWER_CUDA_CHECK(cudnnSetConvolution2dDescriptor(
         conv_desc_, explicit_pad_ ? 0 : dim(ph.before), explicit_pad_ ? 0 : dim(pw.before),
-        dim(attrs.strides[0]), dim(attrs.strides[1]), 1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+        dim(attrs.strides[0]), dim(attrs.strides[1]), 1, 1, CUDNN_CROSS_CORRELATION,
+        CUDNN_DATA_FLOAT));
     TOWER_CUDA_CHECK(cudnnSetConvolutionMathType(conv_desc_, CUDNN_FMA_MATH));
     choose_algorithm();
   }
@@ -81,23 +87,25 @@ class ConvKernel : public Kernel {
     switch (mode_) {
       case Mode::forward: {  // (x, w) -> y
         const float* x = pad(io.inputs[0].data<float>(), padded);
-        TOWER_CUDA_CHECK(cudnnConvolutionForward(handle_.get(), &one, x_desc_, x, w_desc_, io.inputs[1].data<float>(),
-                                                 conv_desc_, fwd_algo_, workspace, workspace_bytes_, &zero,
-                                                 y_desc_, out));
+        TOWER_CUDA_CHECK(cudnnConvolutionForward(handle_.get(), &one, x_desc_, x, w_desc_,
+                                                 io.inputs[1].data<float>(), conv_desc_, fwd_algo_,
+                                                 workspace, workspace_bytes_, &zero, y_desc_, out));
         break;
       }
       case Mode::backward_data:  // (w, dy) -> dx
         TOWER_CUDA_CHECK(cudnnConvolutionBackwardData(
-            handle_.get(), &one, w_desc_, io.inputs[0].data<float>(), y_desc_, io.inputs[1].data<float>(), conv_desc_,
-            data_algo_, workspace, workspace_bytes_, &zero, x_desc_, explicit_pad_ ? padded : out));
+            handle_.get(), &one, w_desc_, io.inputs[0].data<float>(), y_desc_,
+            io.inputs[1].data<float>(), conv_desc_, data_algo_, workspace, workspace_bytes_, &zero,
+            x_desc_, explicit_pad_ ? padded : out));
         if (explicit_pad_)
-          launch_crop(padded, out, x_[0] * x_[1], x_[2], x_[3], top_, left_, padded_h_, padded_w_, stream_);
+          launch_crop(padded, out, x_[0] * x_[1], x_[2], x_[3], top_, left_, padded_h_, padded_w_,
+                      stream_);
         break;
       case Mode::backward_filter: {  // (x, dy) -> dw
         const float* x = pad(io.inputs[0].data<float>(), padded);
-        TOWER_CUDA_CHECK(cudnnConvolutionBackwardFilter(handle_.get(), &one, x_desc_, x, y_desc_,
-                                                        io.inputs[1].data<float>(), conv_desc_, filter_algo_,
-                                                        workspace, workspace_bytes_, &zero, w_desc_, out));
+        TOWER_CUDA_CHECK(cudnnConvolutionBackwardFilter(
+            handle_.get(), &one, x_desc_, x, y_desc_, io.inputs[1].data<float>(), conv_desc_,
+            filter_algo_, workspace, workspace_bytes_, &zero, w_desc_, out));
         break;
       }
     }
@@ -105,7 +113,9 @@ class ConvKernel : public Kernel {
 
  private:
   size_t padded_bytes() const {
-    return explicit_pad_ ? align(static_cast<size_t>(x_[0] * x_[1] * padded_h_ * padded_w_) * sizeof(float)) : 0;
+    return explicit_pad_
+               ? align(static_cast<size_t>(x_[0] * x_[1] * padded_h_ * padded_w_) * sizeof(float))
+               : 0;
   }
   const float* pad(const float* x, float* padded) {
     if (!explicit_pad_) return x;
@@ -135,25 +145,25 @@ class ConvKernel : public Kernel {
     size_t bytes = 0;
     if (mode_ == Mode::forward) {
       cudnnConvolutionFwdAlgoPerf_t perf[kMax];
-      TOWER_CUDA_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, x_desc_, w_desc_, conv_desc_, y_desc_, kMax,
-                                                              &found, perf));
+      TOWER_CUDA_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, x_desc_, w_desc_, conv_desc_,
+                                                              y_desc_, kMax, &found, perf));
       pick(perf, fwd_algo_);
-      TOWER_CUDA_CHECK(
-          cudnnGetConvolutionForwardWorkspaceSize(h, x_desc_, w_desc_, conv_desc_, y_desc_, fwd_algo_, &bytes));
+      TOWER_CUDA_CHECK(cudnnGetConvolutionForwardWorkspaceSize(h, x_desc_, w_desc_, conv_desc_,
+                                                               y_desc_, fwd_algo_, &bytes));
     } else if (mode_ == Mode::backward_data) {
       cudnnConvolutionBwdDataAlgoPerf_t perf[kMax];
-      TOWER_CUDA_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, w_desc_, y_desc_, conv_desc_, x_desc_, kMax,
-                                                                   &found, perf));
+      TOWER_CUDA_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, w_desc_, y_desc_, conv_desc_,
+                                                                   x_desc_, kMax, &found, perf));
       pick(perf, data_algo_);
-      TOWER_CUDA_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(h, w_desc_, y_desc_, conv_desc_, x_desc_,
-                                                                    data_algo_, &bytes));
+      TOWER_CUDA_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(h, w_desc_, y_desc_, conv_desc_,
+                                                                    x_desc_, data_algo_, &bytes));
     } else {
       cudnnConvolutionBwdFilterAlgoPerf_t perf[kMax];
-      TOWER_CUDA_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, x_desc_, y_desc_, conv_desc_, w_desc_, kMax,
-                                                                     &found, perf));
+      TOWER_CUDA_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+          h, x_desc_, y_desc_, conv_desc_, w_desc_, kMax, &found, perf));
       pick(perf, filter_algo_);
-      TOWER_CUDA_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(h, x_desc_, y_desc_, conv_desc_, w_desc_,
-                                                                      filter_algo_, &bytes));
+      TOWER_CUDA_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(
+          h, x_desc_, y_desc_, conv_desc_, w_desc_, filter_algo_, &bytes));
     }
     workspace_bytes_ = align(bytes);
   }
@@ -180,8 +190,10 @@ std::unique_ptr<Kernel> make(const Node& node, const KernelContext& context) {
 }
 
 KernelRegistrar conv2d{"Conv2D", DeviceKind::cuda, make<Mode::forward>};
-KernelRegistrar conv2d_backprop_input{"Conv2DBackpropInput", DeviceKind::cuda, make<Mode::backward_data>};
-KernelRegistrar conv2d_backprop_filter{"Conv2DBackpropFilter", DeviceKind::cuda, make<Mode::backward_filter>};
+KernelRegistrar conv2d_backprop_input{"Conv2DBackpropInput", DeviceKind::cuda,
+                                      make<Mode::backward_data>};
+KernelRegistrar conv2d_backprop_filter{"Conv2DBackpropFilter", DeviceKind::cuda,
+                                       make<Mode::backward_filter>};
 
 }  // namespace
 }  // namespace tower::cuda

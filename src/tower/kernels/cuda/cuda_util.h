@@ -1,5 +1,5 @@
-// Shared by the CUDA kernels: the tower's stream and device, the plain "function of the io on the
-// stream" kernel, and (launch.h) status checks and the launchers of the .cu kernels.
+// Shared by the CUDA kernels' .cc files: the tower's stream and device, the plain "function of the
+// io on the stream" kernel, and (cuda_check.h) status checks. The .cu files use launch.cuh.
 #pragma once
 
 #include <functional>
@@ -9,7 +9,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "tower/kernels/cuda/launch.h"
+#include "tower/kernels/cuda/cuda_check.h"
 #include "tower/kernels/kernel.h"
 
 namespace tower::cuda {
@@ -46,7 +46,8 @@ T* output_of(const KernelIO& io, size_t index = 0) {
 class StreamKernel : public Kernel {
  public:
   using Fn = std::function<void(const Node&, const KernelIO&, cudaStream_t)>;
-  StreamKernel(const Node& node, cudaStream_t stream, Fn fn) : node_(node), stream_(stream), fn_(std::move(fn)) {}
+  StreamKernel(const Node& node, cudaStream_t stream, Fn fn)
+      : node_(node), stream_(stream), fn_(std::move(fn)) {}
   void run(const KernelIO& io) override { fn_(node_, io, stream_); }
 
  private:

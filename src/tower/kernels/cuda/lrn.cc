@@ -1,4 +1,6 @@
 // CUDA kernels of LRN and LRNGrad (lrn.cu), TensorFlow semantics as the CPU kernel.
+#include "tower/kernels/cuda/lrn.h"
+
 #include "tower/kernels/cuda/cuda_util.h"
 #include "tower/ops/lrn.h"
 
@@ -23,7 +25,8 @@ class LRNKernel : public Kernel {
 
   // LRNGrad: d^-beta and the window terms, one float each per element.
   size_t scratch_bytes() const override {
-    return backward_ ? static_cast<size_t>(2 * p_.batch * p_.channels * p_.plane) * sizeof(float) : 0;
+    return backward_ ? static_cast<size_t>(2 * p_.batch * p_.channels * p_.plane) * sizeof(float)
+                     : 0;
   }
 
   void run(const KernelIO& io) override {
@@ -40,12 +43,14 @@ class LRNKernel : public Kernel {
   LRNParams p_;
 };
 
-KernelRegistrar lrn{"LRN", DeviceKind::cuda, [](const Node& node, const KernelContext& context) {
-  return std::unique_ptr<Kernel>(std::make_unique<LRNKernel>(node, context, false));
-}};
-KernelRegistrar lrn_grad{"LRNGrad", DeviceKind::cuda, [](const Node& node, const KernelContext& context) {
-  return std::unique_ptr<Kernel>(std::make_unique<LRNKernel>(node, context, true));
-}};
+KernelRegistrar lrn{
+    "LRN", DeviceKind::cuda, [](const Node& node, const KernelContext& context) {
+      return std::unique_ptr<Kernel>(std::make_unique<LRNKernel>(node, context, false));
+    }};
+KernelRegistrar lrn_grad{
+    "LRNGrad", DeviceKind::cuda, [](const Node& node, const KernelContext& context) {
+      return std::unique_ptr<Kernel>(std::make_unique<LRNKernel>(node, context, true));
+    }};
 
 }  // namespace
 }  // namespace tower::cuda

@@ -4,12 +4,11 @@
 // One thread per element; neighbouring threads are neighbouring pixels of one channel plane, so
 // every read of the window over channels is coalesced. Window sums add the channels in order
 // (the CPU kernel slides a running sum instead: the two differ by float rounding only).
-#include "tower/kernels/cuda/launch.h"
+#include "tower/kernels/cuda/launch.cuh"
+#include "tower/kernels/cuda/lrn.h"
 
 namespace tower::cuda {
 namespace {
-
-constexpr int kThreads = 256;
 
 // d^-beta, with the same special cases as the CPU kernel.
 __device__ __forceinline__ float pow_neg(float d, float beta) {
@@ -35,7 +34,8 @@ __device__ __forceinline__ Position position(int64_t i, const LRNParams& p) {
   return at;
 }
 
-__device__ __forceinline__ float denominator(const float* x, const Position& at, const LRNParams& p) {
+__device__ __forceinline__ float denominator(const float* x, const Position& at,
+                                             const LRNParams& p) {
   float sum = 0.0f;
   for (int64_t c = at.c0; c <= at.c1; ++c) {
     const float v = x[at.base + c * p.plane];
@@ -45,16 +45,16 @@ __device__ __forceinline__ float denominator(const float* x, const Position& at,
 }
 
 __global__ void lrn_kernel(const float* x, float* y, LRNParams p, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) {
     const Position at = position(i, p);
     y[i] = x[i] * pow_neg(denominator(x, at, p), p.beta);
   }
 }
 
 // Pass 1: powered[i] = d^-beta, t[i] = dy x d^-beta / d.
-__global__ void lrn_grad_terms_kernel(const float* x, const float* dy, float* powered, float* t, LRNParams p,
-                                      int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+__global__ void lrn_grad_terms_kernel(const float* x, const float* dy, float* powered, float* t,
+                                      LRNParams p, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) {
     const float d = denominator(x, position(i, p), p);
     const float pw = pow_neg(d, p.beta);
     powered[i] = pw;
@@ -63,10 +63,10 @@ __global__ void lrn_grad_terms_kernel(const float* x, const float* dy, float* po
 }
 
 // Pass 2: dx = dy d^-beta - 2 alpha beta x (window sum of t).
-__global__ void lrn_grad_kernel(const float* x, const float* dy, const float* powered, const float* t, float* dx,
-                                LRNParams p, int64_t n) {
+__global__ void lrn_grad_kernel(const float* x, const float* dy, const float* powered,
+                                const float* t, float* dx, LRNParams p, int64_t n) {
   const float k = 2.0f * p.alpha * p.beta;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) {
     const Position at = position(i, p);
     float sum = 0.0f;
     for (int64_t c = at.c0; c <= at.c1; ++c) sum += t[at.base + c * p.plane];
@@ -78,21 +78,16 @@ __global__ void lrn_grad_kernel(const float* x, const float* dy, const float* po
 
 void launch_lrn(const float* x, float* y, const LRNParams& p, cudaStream_t stream) {
   const int64_t n = p.batch * p.channels * p.plane;
-  if (n == 0) return;
-  lrn_kernel<<<grid_blocks(n, kThreads), kThreads, 0, stream>>>(x, y, p, n);
-  TOWER_CUDA_CHECK(cudaGetLastError());
+  launch_items(lrn_kernel, n, stream, x, y, p, n);
 }
 
 void launch_lrn_grad(const float* x, const float* dy, float* dx, float* scratch, const LRNParams& p,
                      cudaStream_t stream) {
   const int64_t n = p.batch * p.channels * p.plane;
-  if (n == 0) return;
   float* powered = scratch;
   float* t = scratch + n;
-  lrn_grad_terms_kernel<<<grid_blocks(n, kThreads), kThreads, 0, stream>>>(x, dy, powered, t, p, n);
-  TOWER_CUDA_CHECK(cudaGetLastError());
-  lrn_grad_kernel<<<grid_blocks(n, kThreads), kThreads, 0, stream>>>(x, dy, powered, t, dx, p, n);
-  TOWER_CUDA_CHECK(cudaGetLastError());
+  launch_items(lrn_grad_terms_kernel, n, stream, x, dy, powered, t, p, n);
+  launch_items(lrn_grad_kernel, n, stream, x, dy, powered, t, dx, p, n);
 }
 
 }  // namespace tower::cuda

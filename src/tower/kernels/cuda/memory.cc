@@ -1,6 +1,6 @@
 // CUDA devices for the core: memory through a caching allocator per GPU (a training loop frees
 // and allocates the same sizes, so after the first step nothing reaches cudaMalloc) and streams,
-// registered when this library is loaded; plus the status checks of launch.h.
+// registered when this library is loaded; plus the status checks of cuda_check.h.
 #include <algorithm>
 #include <map>
 #include <mutex>

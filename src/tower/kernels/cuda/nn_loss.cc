@@ -3,6 +3,8 @@
 // difference: a label outside [0, K) cannot stop the step without synchronizing the stream, so
 // the GPU gives a NaN loss (and gradient row) for it, as TensorFlow's GPU kernel does; the NaN
 // guard of the training loop then stops the run.
+#include "tower/kernels/cuda/nn_loss.h"
+
 #include "tower/kernels/cuda/cuda_util.h"
 #include "tower/ops/nn_loss.h"
 
@@ -15,50 +17,55 @@ void rows_of(const Tensor& x, int64_t& rows, int64_t& k) {
   rows = k == 0 ? 0 : x.numel() / k;
 }
 
-KernelRegistrar softmax{"Softmax", DeviceKind::cuda, stream_kernel([](const Node&, const KernelIO& io, cudaStream_t s) {
-  int64_t rows, k;
-  rows_of(io.inputs[0], rows, k);
-  launch_softmax(io.inputs[0].data<float>(), output_of(io), rows, k, s);
-})};
+KernelRegistrar softmax{"Softmax", DeviceKind::cuda,
+                        stream_kernel([](const Node&, const KernelIO& io, cudaStream_t s) {
+                          int64_t rows, k;
+                          rows_of(io.inputs[0], rows, k);
+                          launch_softmax(io.inputs[0].data<float>(), output_of(io), rows, k, s);
+                        })};
 
 // (y, dy) -> dx
 KernelRegistrar softmax_grad{"SoftmaxGrad", DeviceKind::cuda,
                              stream_kernel([](const Node&, const KernelIO& io, cudaStream_t s) {
                                int64_t rows, k;
                                rows_of(io.inputs[0], rows, k);
-                               launch_softmax_grad(io.inputs[0].data<float>(), io.inputs[1].data<float>(),
-                                                   output_of(io), rows, k, s);
+                               launch_softmax_grad(io.inputs[0].data<float>(),
+                                                   io.inputs[1].data<float>(), output_of(io), rows,
+                                                   k, s);
                              })};
 
 // (logits, labels) -> loss
 KernelRegistrar xent{"SparseSoftmaxCrossEntropyWithLogits", DeviceKind::cuda,
                      stream_kernel([](const Node&, const KernelIO& io, cudaStream_t s) {
                        const Shape& logits = io.inputs[0].shape();
-                       launch_sparse_xent(io.inputs[0].data<float>(), io.inputs[1].data<int32_t>(), output_of(io),
-                                          logits[0], logits[1], s);
+                       launch_sparse_xent(io.inputs[0].data<float>(), io.inputs[1].data<int32_t>(),
+                                          output_of(io), logits[0], logits[1], s);
                      })};
 
 // (logits, labels, dy) -> dlogits
 KernelRegistrar xent_grad{"SparseSoftmaxXentGrad", DeviceKind::cuda,
                           stream_kernel([](const Node&, const KernelIO& io, cudaStream_t s) {
                             const Shape& logits = io.inputs[0].shape();
-                            launch_sparse_xent_grad(io.inputs[0].data<float>(), io.inputs[1].data<int32_t>(),
-                                                    io.inputs[2].data<float>(), output_of(io), logits[0], logits[1],
-                                                    s);
+                            launch_sparse_xent_grad(
+                                io.inputs[0].data<float>(), io.inputs[1].data<int32_t>(),
+                                io.inputs[2].data<float>(), output_of(io), logits[0], logits[1], s);
                           })};
 
-KernelRegistrar argmax{"ArgMax", DeviceKind::cuda, stream_kernel([](const Node&, const KernelIO& io, cudaStream_t s) {
-  int64_t rows, k;
-  rows_of(io.inputs[0], rows, k);
-  launch_argmax(io.inputs[0].data<float>(), output_of<int32_t>(io), rows, k, s);
-})};
+KernelRegistrar argmax{
+    "ArgMax", DeviceKind::cuda, stream_kernel([](const Node&, const KernelIO& io, cudaStream_t s) {
+      int64_t rows, k;
+      rows_of(io.inputs[0], rows, k);
+      launch_argmax(io.inputs[0].data<float>(), output_of<int32_t>(io), rows, k, s);
+    })};
 
 // (logits, labels) -> (N,) f32
-KernelRegistrar in_top_k{"InTopK", DeviceKind::cuda, stream_kernel([](const Node& node, const KernelIO& io, cudaStream_t s) {
-  const Shape& logits = io.inputs[0].shape();
-  launch_in_top_k(io.inputs[0].data<float>(), io.inputs[1].data<int32_t>(), output_of(io), logits[0], logits[1],
-                  node.attr<ops::InTopKAttrs>().k, s);
-})};
+KernelRegistrar in_top_k{"InTopK", DeviceKind::cuda,
+                         stream_kernel([](const Node& node, const KernelIO& io, cudaStream_t s) {
+                           const Shape& logits = io.inputs[0].shape();
+                           launch_in_top_k(io.inputs[0].data<float>(), io.inputs[1].data<int32_t>(),
+                                           output_of(io), logits[0], logits[1],
+                                           node.attr<ops::InTopKAttrs>().k, s);
+                         })};
 
 }  // namespace
 }  // namespace tower::cuda

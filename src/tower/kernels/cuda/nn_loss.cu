@@ -5,39 +5,13 @@
 // order (their tie and NaN rules are sequential).
 #include <cmath>
 
-#include "tower/kernels/cuda/launch.h"
+#include "tower/kernels/cuda/launch.cuh"
+#include "tower/kernels/cuda/nn_loss.h"
 
 namespace tower::cuda {
 namespace {
 
 constexpr int kRowThreads = 128;
-constexpr int kThreads = 256;
-
-// Sum over the block in a fixed tree; every thread gets the result.
-__device__ double block_sum(double v, double* shared) {
-  shared[threadIdx.x] = v;
-  __syncthreads();
-  for (int width = kRowThreads / 2; width > 0; width /= 2) {
-    if (threadIdx.x < width) shared[threadIdx.x] += shared[threadIdx.x + width];
-    __syncthreads();
-  }
-  const double total = shared[0];
-  __syncthreads();
-  return total;
-}
-
-__device__ float block_max(float v, float* shared) {
-  shared[threadIdx.x] = v;
-  __syncthreads();
-  for (int width = kRowThreads / 2; width > 0; width /= 2) {
-    if (threadIdx.x < width) shared[threadIdx.x] = fmaxf(shared[threadIdx.x], shared[threadIdx.x + width]);
-    __syncthreads();
-  }
-  const float total = shared[0];
-  __syncthreads();
-  return total;
-}
-
 // max of the row and sum(exp(x - max)) in double.
 struct RowStats {
   float max;
@@ -48,10 +22,11 @@ __device__ RowStats row_stats(const float* row, int64_t k) {
   __shared__ double sum_shared[kRowThreads];
   float m = -INFINITY;
   for (int64_t j = threadIdx.x; j < k; j += kRowThreads) m = fmaxf(m, row[j]);
-  m = block_max(m, max_shared);
+  m = block_max<kRowThreads>(m, max_shared);
   double sum = 0;
-  for (int64_t j = threadIdx.x; j < k; j += kRowThreads) sum += static_cast<double>(expf(row[j] - m));
-  return {m, block_sum(sum, sum_shared)};
+  for (int64_t j = threadIdx.x; j < k; j += kRowThreads)
+    sum += static_cast<double>(expf(row[j] - m));
+  return {m, block_sum<kRowThreads>(sum, sum_shared)};
 }
 
 __global__ void softmax_kernel(const float* x, float* y, int64_t k) {
@@ -61,13 +36,13 @@ __global__ void softmax_kernel(const float* x, float* y, int64_t k) {
   float* out = y + blockIdx.x * k;
   float m = -INFINITY;
   for (int64_t j = threadIdx.x; j < k; j += kRowThreads) m = fmaxf(m, row[j]);
-  m = block_max(m, max_shared);
+  m = block_max<kRowThreads>(m, max_shared);
   double sum = 0;
   for (int64_t j = threadIdx.x; j < k; j += kRowThreads) {
     out[j] = expf(row[j] - m);
     sum += out[j];
   }
-  const float inv = static_cast<float>(1.0 / block_sum(sum, sum_shared));
+  const float inv = static_cast<float>(1.0 / block_sum<kRowThreads>(sum, sum_shared));
   for (int64_t j = threadIdx.x; j < k; j += kRowThreads) out[j] *= inv;
 }
 
@@ -75,22 +50,26 @@ __global__ void softmax_grad_kernel(const float* y, const float* dy, float* dx, 
   __shared__ double sum_shared[kRowThreads];
   const int64_t offset = blockIdx.x * k;
   double dot = 0;
-  for (int64_t j = threadIdx.x; j < k; j += kRowThreads) dot += static_cast<double>(dy[offset + j]) * y[offset + j];
-  const float d = static_cast<float>(block_sum(dot, sum_shared));
-  for (int64_t j = threadIdx.x; j < k; j += kRowThreads) dx[offset + j] = y[offset + j] * (dy[offset + j] - d);
+  for (int64_t j = threadIdx.x; j < k; j += kRowThreads)
+    dot += static_cast<double>(dy[offset + j]) * y[offset + j];
+  const float d = static_cast<float>(block_sum<kRowThreads>(dot, sum_shared));
+  for (int64_t j = threadIdx.x; j < k; j += kRowThreads)
+    dx[offset + j] = y[offset + j] * (dy[offset + j] - d);
 }
 
 // loss = log(sum) - (x[label] - max): never forms max + log(sum).
-__global__ void sparse_xent_kernel(const float* logits, const int32_t* labels, float* loss, int64_t k) {
+__global__ void sparse_xent_kernel(const float* logits, const int32_t* labels, float* loss,
+                                   int64_t k) {
   const float* row = logits + blockIdx.x * k;
   const RowStats st = row_stats(row, k);
   if (threadIdx.x != 0) return;
   const int32_t label = labels[blockIdx.x];
-  loss[blockIdx.x] = label >= 0 && label < k ? static_cast<float>(log(st.sum_exp) - (row[label] - st.max)) : NAN;
+  loss[blockIdx.x] =
+      label >= 0 && label < k ? static_cast<float>(log(st.sum_exp) - (row[label] - st.max)) : NAN;
 }
 
-__global__ void sparse_xent_grad_kernel(const float* logits, const int32_t* labels, const float* dy, float* dx,
-                                        int64_t k) {
+__global__ void sparse_xent_grad_kernel(const float* logits, const int32_t* labels, const float* dy,
+                                        float* dx, int64_t k) {
   const float* row = logits + blockIdx.x * k;
   float* drow = dx + blockIdx.x * k;
   const RowStats st = row_stats(row, k);
@@ -106,7 +85,7 @@ __global__ void sparse_xent_grad_kernel(const float* logits, const int32_t* labe
 }
 
 __global__ void argmax_kernel(const float* x, int32_t* out, int64_t rows, int64_t k) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < rows; i += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t i = first_index(); i < rows; i += grid_stride()) {
     const float* row = x + i * k;
     int64_t best = 0;
     for (int64_t j = 1; j < k; ++j)
@@ -117,9 +96,9 @@ __global__ void argmax_kernel(const float* x, int32_t* out, int64_t rows, int64_
 
 // 1 where fewer than `top` entries are strictly larger than the label's; 0 for a bad label or a
 // row with a non-finite entry.
-__global__ void in_top_k_kernel(const float* x, const int32_t* labels, float* out, int64_t rows, int64_t k,
-                                int64_t top) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < rows; i += int64_t(gridDim.x) * blockDim.x) {
+__global__ void in_top_k_kernel(const float* x, const int32_t* labels, float* out, int64_t rows,
+                                int64_t k, int64_t top) {
+  for (int64_t i = first_index(); i < rows; i += grid_stride()) {
     const float* row = x + i * k;
     const int32_t label = labels[i];
     bool in = label >= 0 && label < k;
@@ -132,47 +111,39 @@ __global__ void in_top_k_kernel(const float* x, const int32_t* labels, float* ou
   }
 }
 
-unsigned row_blocks(int64_t rows) { return static_cast<unsigned>(rows); }
-
 }  // namespace
 
 void launch_softmax(const float* x, float* y, int64_t rows, int64_t k, cudaStream_t stream) {
   if (rows == 0 || k == 0) return;
-  softmax_kernel<<<row_blocks(rows), kRowThreads, 0, stream>>>(x, y, k);
-  TOWER_CUDA_CHECK(cudaGetLastError());
+  launch_blocks(softmax_kernel, rows, kRowThreads, stream, x, y, k);
 }
 
-void launch_softmax_grad(const float* y, const float* dy, float* dx, int64_t rows, int64_t k, cudaStream_t stream) {
+void launch_softmax_grad(const float* y, const float* dy, float* dx, int64_t rows, int64_t k,
+                         cudaStream_t stream) {
   if (rows == 0 || k == 0) return;
-  softmax_grad_kernel<<<row_blocks(rows), kRowThreads, 0, stream>>>(y, dy, dx, k);
-  TOWER_CUDA_CHECK(cudaGetLastError());
+  launch_blocks(softmax_grad_kernel, rows, kRowThreads, stream, y, dy, dx, k);
 }
 
-void launch_sparse_xent(const float* logits, const int32_t* labels, float* loss, int64_t rows, int64_t k,
-                        cudaStream_t stream) {
+void launch_sparse_xent(const float* logits, const int32_t* labels, float* loss, int64_t rows,
+                        int64_t k, cudaStream_t stream) {
   if (rows == 0 || k == 0) return;
-  sparse_xent_kernel<<<row_blocks(rows), kRowThreads, 0, stream>>>(logits, labels, loss, k);
-  TOWER_CUDA_CHECK(cudaGetLastError());
+  launch_blocks(sparse_xent_kernel, rows, kRowThreads, stream, logits, labels, loss, k);
 }
 
-void launch_sparse_xent_grad(const float* logits, const int32_t* labels, const float* dy, float* dx, int64_t rows,
-                             int64_t k, cudaStream_t stream) {
+void launch_sparse_xent_grad(const float* logits, const int32_t* labels, const float* dy, float* dx,
+                             int64_t rows, int64_t k, cudaStream_t stream) {
   if (rows == 0 || k == 0) return;
-  sparse_xent_grad_kernel<<<row_blocks(rows), kRowThreads, 0, stream>>>(logits, labels, dy, dx, k);
-  TOWER_CUDA_CHECK(cudaGetLastError());
+  launch_blocks(sparse_xent_grad_kernel, rows, kRowThreads, stream, logits, labels, dy, dx, k);
 }
 
 void launch_argmax(const float* x, int32_t* out, int64_t rows, int64_t k, cudaStream_t stream) {
   if (rows == 0 || k == 0) return;
-  argmax_kernel<<<grid_blocks(rows, kThreads), kThreads, 0, stream>>>(x, out, rows, k);
-  TOWER_CUDA_CHECK(cudaGetLastError());
+  launch_items(argmax_kernel, rows, stream, x, out, rows, k);
 }
 
-void launch_in_top_k(const float* x, const int32_t* labels, float* out, int64_t rows, int64_t k, int64_t top,
-                     cudaStream_t stream) {
-  if (rows == 0) return;
-  in_top_k_kernel<<<grid_blocks(rows, kThreads), kThreads, 0, stream>>>(x, labels, out, rows, k, top);
-  TOWER_CUDA_CHECK(cudaGetLastError());
+void launch_in_top_k(const float* x, const int32_t* labels, float* out, int64_t rows, int64_t k,
+                     int64_t top, cudaStream_t stream) {
+  launch_items(in_top_k_kernel, rows, stream, x, labels, out, rows, k, top);
 }
 
 }  // namespace tower::cuda

@@ -1,5 +1,7 @@
 // CUDA kernels of MaxPool, AvgPool and their gradients (pool.cu): TensorFlow's padding, the CPU
 // kernel's tie rule. MaxPoolGrad recomputes the argmax of every window into scratch, then gathers.
+#include "tower/kernels/cuda/pool.h"
+
 #include "tower/kernels/cuda/cuda_util.h"
 #include "tower/ops/pool.h"
 
@@ -12,9 +14,11 @@ size_t align(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 class PoolKernel : public Kernel {
  public:
-  PoolKernel(const Node& node, const KernelContext& context, Kind kind) : kind_(kind), stream_(stream_of(context)) {
+  PoolKernel(const Node& node, const KernelContext& context, Kind kind)
+      : kind_(kind), stream_(stream_of(context)) {
     use_device(context.device);
-    const ops::PoolAttrs& a = kind == Kind::avg_grad ? node.attr<ops::PoolGradAttrs>().pool : node.attr<ops::PoolAttrs>();
+    const ops::PoolAttrs& a =
+        kind == Kind::avg_grad ? node.attr<ops::PoolGradAttrs>().pool : node.attr<ops::PoolAttrs>();
     // x is the pooled image: the input of the forward ops and of MaxPoolGrad, AvgPoolGrad's output.
     const Shape& x = kind == Kind::avg_grad ? node.outputs[0].shape : node.inputs[0].shape();
     const ops::AxisPadding ph = ops::axis_padding(x[2], a.ksize[0], a.strides[0], a.padding);
@@ -33,19 +37,27 @@ class PoolKernel : public Kernel {
   }
 
   size_t scratch_bytes() const override {
-    return kind_ == Kind::max_grad ? align(static_cast<size_t>(g_.planes * g_.oh * g_.ow) * sizeof(int32_t)) : 0;
+    return kind_ == Kind::max_grad
+               ? align(static_cast<size_t>(g_.planes * g_.oh * g_.ow) * sizeof(int32_t))
+               : 0;
   }
 
   void run(const KernelIO& io) override {
     float* out = output_of(io);
     switch (kind_) {
-      case Kind::max: launch_max_pool(io.inputs[0].data<float>(), out, g_, stream_); break;
-      case Kind::avg: launch_avg_pool(io.inputs[0].data<float>(), out, g_, stream_); break;
+      case Kind::max:
+        launch_max_pool(io.inputs[0].data<float>(), out, g_, stream_);
+        break;
+      case Kind::avg:
+        launch_avg_pool(io.inputs[0].data<float>(), out, g_, stream_);
+        break;
       case Kind::max_grad:  // (x, dy) -> dx
         launch_max_pool_grad(io.inputs[0].data<float>(), io.inputs[1].data<float>(), out,
                              static_cast<int32_t*>(io.scratch), g_, stream_);
         break;
-      case Kind::avg_grad: launch_avg_pool_grad(io.inputs[0].data<float>(), out, g_, stream_); break;  // dy -> dx
+      case Kind::avg_grad:
+        launch_avg_pool_grad(io.inputs[0].data<float>(), out, g_, stream_);
+        break;  // dy -> dx
     }
   }
 

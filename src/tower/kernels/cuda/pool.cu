@@ -9,12 +9,11 @@
 //     atomics and a fixed summation order.
 #include <cfloat>
 
-#include "tower/kernels/cuda/launch.h"
+#include "tower/kernels/cuda/launch.cuh"
+#include "tower/kernels/cuda/pool.h"
 
 namespace tower::cuda {
 namespace {
-
-constexpr int kThreads = 256;
 
 struct Window {
   int64_t h0, h1, w0, w1;  // [h0, h1) x [w0, w1), clipped
@@ -34,8 +33,8 @@ __device__ __forceinline__ Window window_of(const PoolGeometry& g, int64_t oh, i
 // The window's maximum and the index (r * w + c) of its first occurrence: from the lowest float,
 // a value is taken only when strictly greater. -1 when no element exceeds the lowest float (a
 // window of -inf / NaN only): no gradient is routed there.
-__device__ __forceinline__ float window_max(const float* plane, const PoolGeometry& g, const Window& win,
-                                            int32_t& arg) {
+__device__ __forceinline__ float window_max(const float* plane, const PoolGeometry& g,
+                                            const Window& win, int32_t& arg) {
   float best = -FLT_MAX;
   arg = -1;
   for (int64_t r = win.h0; r < win.h1; ++r)
@@ -49,8 +48,9 @@ __device__ __forceinline__ float window_max(const float* plane, const PoolGeomet
   return best;
 }
 
-__global__ void max_pool_kernel(const float* x, float* y, int32_t* argmax, PoolGeometry g, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+__global__ void max_pool_kernel(const float* x, float* y, int32_t* argmax, PoolGeometry g,
+                                int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) {
     const int64_t ow = i % g.ow, oh = i / g.ow % g.oh, plane = i / (g.ow * g.oh);
     int32_t arg;
     const float best = window_max(x + plane * g.h * g.w, g, window_of(g, oh, ow), arg);
@@ -60,7 +60,7 @@ __global__ void max_pool_kernel(const float* x, float* y, int32_t* argmax, PoolG
 }
 
 __global__ void avg_pool_kernel(const float* x, float* y, PoolGeometry g, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) {
     const int64_t ow = i % g.ow, oh = i / g.ow % g.oh, plane = i / (g.ow * g.oh);
     const Window win = window_of(g, oh, ow);
     const float* p = x + plane * g.h * g.w;
@@ -73,16 +73,17 @@ __global__ void avg_pool_kernel(const float* x, float* y, PoolGeometry g, int64_
 }
 
 // The outputs whose windows contain input position `pos` along one axis: [lo, hi].
-__device__ __forceinline__ void covering(int64_t pos, int64_t pad, int64_t k, int64_t stride, int64_t out,
-                                         int64_t& lo, int64_t& hi) {
+__device__ __forceinline__ void covering(int64_t pos, int64_t pad, int64_t k, int64_t stride,
+                                         int64_t out, int64_t& lo, int64_t& hi) {
   const int64_t first = pos + pad - k + 1;  // smallest window start that still reaches pos
   lo = first <= 0 ? 0 : (first + stride - 1) / stride;
   hi = (pos + pad) / stride;
   if (hi > out - 1) hi = out - 1;
 }
 
-__global__ void max_pool_grad_kernel(const float* dy, const int32_t* argmax, float* dx, PoolGeometry g, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+__global__ void max_pool_grad_kernel(const float* dy, const int32_t* argmax, float* dx,
+                                     PoolGeometry g, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) {
     const int64_t c = i % g.w, r = i / g.w % g.h, plane = i / (g.w * g.h);
     int64_t oh0, oh1, ow0, ow1;
     covering(r, g.top, g.kh, g.stride_h, g.oh, oh0, oh1);
@@ -98,7 +99,7 @@ __global__ void max_pool_grad_kernel(const float* dy, const int32_t* argmax, flo
 }
 
 __global__ void avg_pool_grad_kernel(const float* dy, float* dx, PoolGeometry g, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) {
     const int64_t c = i % g.w, r = i / g.w % g.h, plane = i / (g.w * g.h);
     int64_t oh0, oh1, ow0, ow1;
     covering(r, g.top, g.kh, g.stride_h, g.oh, oh0, oh1);
@@ -119,35 +120,27 @@ __global__ void avg_pool_grad_kernel(const float* dy, float* dx, PoolGeometry g,
 
 void launch_max_pool(const float* x, float* y, const PoolGeometry& g, cudaStream_t stream) {
   const int64_t n = g.planes * g.oh * g.ow;
-  if (n == 0) return;
-  max_pool_kernel<<<grid_blocks(n, kThreads), kThreads, 0, stream>>>(x, y, nullptr, g, n);
-  TOWER_CUDA_CHECK(cudaGetLastError());
+  launch_items(max_pool_kernel, n, stream, x, y, nullptr, g, n);
 }
 
 void launch_avg_pool(const float* x, float* y, const PoolGeometry& g, cudaStream_t stream) {
   const int64_t n = g.planes * g.oh * g.ow;
-  if (n == 0) return;
-  avg_pool_kernel<<<grid_blocks(n, kThreads), kThreads, 0, stream>>>(x, y, g, n);
-  TOWER_CUDA_CHECK(cudaGetLastError());
+  launch_items(avg_pool_kernel, n, stream, x, y, g, n);
 }
 
-void launch_max_pool_grad(const float* x, const float* dy, float* dx, int32_t* argmax, const PoolGeometry& g,
-                          cudaStream_t stream) {
+void launch_max_pool_grad(const float* x, const float* dy, float* dx, int32_t* argmax,
+                          const PoolGeometry& g, cudaStream_t stream) {
   const int64_t n_out = g.planes * g.oh * g.ow, n_in = g.planes * g.h * g.w;
   if (n_in == 0) return;
   if (n_out > 0) {
-    max_pool_kernel<<<grid_blocks(n_out, kThreads), kThreads, 0, stream>>>(x, nullptr, argmax, g, n_out);
-    TOWER_CUDA_CHECK(cudaGetLastError());
+    launch_items(max_pool_kernel, n_out, stream, x, nullptr, argmax, g, n_out);
   }
-  max_pool_grad_kernel<<<grid_blocks(n_in, kThreads), kThreads, 0, stream>>>(dy, argmax, dx, g, n_in);
-  TOWER_CUDA_CHECK(cudaGetLastError());
+  launch_items(max_pool_grad_kernel, n_in, stream, dy, argmax, dx, g, n_in);
 }
 
 void launch_avg_pool_grad(const float* dy, float* dx, const PoolGeometry& g, cudaStream_t stream) {
   const int64_t n = g.planes * g.h * g.w;
-  if (n == 0) return;
-  avg_pool_grad_kernel<<<grid_blocks(n, kThreads), kThreads, 0, stream>>>(dy, dx, g, n);
-  TOWER_CUDA_CHECK(cudaGetLastError());
+  launch_items(avg_pool_grad_kernel, n, stream, dy, dx, g, n);
 }
 
 }  // namespace tower::cuda

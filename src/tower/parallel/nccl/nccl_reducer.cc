@@ -13,8 +13,8 @@
 #include <mutex>
 
 #include "tower/core/allocator.h"
-#include "tower/kernels/cuda/launch.h"
 #include "tower/parallel/gradient_reducer.h"
+#include "tower/parallel/nccl/gradient_scale.h"
 
 namespace tower {
 namespace {
@@ -23,9 +23,24 @@ void check_nccl(ncclResult_t status, const char* call) {
   if (status != ncclSuccess) fail("NCCL error in {}: {}", call, ncclGetErrorString(status));
 }
 #define TOWER_NCCL_CHECK(call) check_nccl((call), #call)
+void check_cuda(cudaError_t status, const char* call) {
+  if (status != cudaSuccess) fail("CUDA error in {}: {}", call, cudaGetErrorString(status));
+}
+#define TOWER_CUDA_CHECK(call) check_cuda((call), #call)
+
+// Makes a GPU current for a scope and gives the thread its previous one back.
+struct DeviceGuard {
+  explicit DeviceGuard(int device) {
+    TOWER_CUDA_CHECK(cudaGetDevice(&previous));
+    TOWER_CUDA_CHECK(cudaSetDevice(device));
+  }
+  ~DeviceGuard() { cudaSetDevice(previous); }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+  int previous = 0;
+};
 
 using Clock = std::chrono::steady_clock;
-using cuda::DeviceGuard;
 
 // ncclGroupStart() for a scope: the group is closed even when a call inside it throws.
 struct NcclGroup {
@@ -114,9 +129,10 @@ class NcclReducer : public GradientReducer {
     // flat[offset..] = weight * grad, on the tower's communication stream, after the gradient.
     TOWER_CUDA_CHECK(cudaEventRecord(tw.produced, tw.compute));
     TOWER_CUDA_CHECK(cudaStreamWaitEvent(tw.stream, tw.produced, 0));
-    cuda::launch_unary(cuda::Unary::scale, grads_[static_cast<size_t>(tower)][v].data<float>(),
-                       tw.flat.data<float>() + offset_of_[v], grads_[static_cast<size_t>(tower)][v].numel(),
-                       weights_[static_cast<size_t>(tower)], tw.stream);
+    const Tensor& grad = grads_[static_cast<size_t>(tower)][v];
+    TOWER_CUDA_CHECK(nccl::scale_gradient(grad.data<float>(), tw.flat.data<float>() + offset_of_[v],
+                                          grad.numel(), weights_[static_cast<size_t>(tower)],
+                                          tw.stream));
     std::lock_guard<std::mutex> lock(mutex_);
     trace_.last_ready = std::chrono::duration<double>(Clock::now() - start_).count();
     buckets_[static_cast<size_t>(bucket_of_[v])].staged[static_cast<size_t>(tower)]++;

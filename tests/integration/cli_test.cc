@@ -142,14 +142,16 @@ TEST_F(CliTest, NanLossStopsWithTheStep) {
   EXPECT_TRUE(contains(r.output, "at step")) << r.output;
 }
 
-// On the GPU machine: the cifar10 model trained on cuda:0 follows the CPU run closely (same
-// data, same flags; cuDNN and oneDNN sum in other orders), with cuDNN's fastest convolutions too
-// (--no-deterministic); two deterministic GPU runs end with the same bits.
+// On the GPU machine: the cifar10 model trained on cuda:0 follows the CPU run step by step (same
+// data, same flags), with cuDNN's fastest convolutions too (--no-deterministic); two
+// deterministic GPU runs end with the same bits. cuDNN and oneDNN sum in other orders, and
+// training amplifies such differences: on an H200 the losses agreed to 1e-7 for 16 steps and
+// drifted apart by 1% at step 40, so the losses of the first 10 steps are compared.
 TEST_F(CliTest, TrainingOnAGpuFollowsTheCpuRun) {
   if (!contains(run_tower("devices").output, "cuda:0"))
     GTEST_SKIP() << "no CUDA device here (or no CUDA backend in this build): the GPU run is compiled, not run";
   TmpDir dirs;
-  const int steps = 50;
+  const int steps = 10;
   auto losses = [](const std::string& dir) {
     std::vector<double> out;
     std::ifstream in(dir + "/metrics.jsonl");
@@ -159,18 +161,18 @@ TEST_F(CliTest, TrainingOnAGpuFollowsTheCpuRun) {
     }
     return out;
   };
-  auto cpu = run_tower(train_flags(dirs / "cpu", steps) + " --devices cpu:0");
+  auto cpu = run_tower(train_flags(dirs / "cpu", steps) + " --log_every 1 --devices cpu:0");
   ASSERT_EQ(cpu.exit_code, 0) << cpu.output;
   const std::vector<double> a = losses(dirs / "cpu");
   ASSERT_FALSE(a.empty());
   for (const std::string run : {"gpu", "again", "fast"}) {
     SCOPED_TRACE(run);
-    auto gpu = run_tower(train_flags(dirs / run, steps) + " --devices cuda:0" +
+    auto gpu = run_tower(train_flags(dirs / run, steps) + " --log_every 1 --devices cuda:0" +
                          (run == "fast" ? " --no-deterministic" : ""));
     ASSERT_EQ(gpu.exit_code, 0) << gpu.output;
     const std::vector<double> b = losses(dirs / run);
     ASSERT_EQ(a.size(), b.size());
-    for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-3 * (1 + a[i])) << "log line " << i;
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-4 * (1 + a[i])) << "step " << i + 1;
   }
   expect_same_tensors(checkpoint_prefix(dirs / "gpu", steps) + ".safetensors",
                       checkpoint_prefix(dirs / "again", steps) + ".safetensors");

@@ -1,0 +1,52 @@
+# The layer table of DESIGN.md, checked on every `#include "tower/..."` of src/tower (the build's
+# link lines catch symbols; this catches headers). Run by CTest:
+#   cmake -DSRC=<repo>/src/tower -P layering_test.cmake
+# Decisions written down here: data and io are leaves beside core; train may use models (it
+# builds the built-in models by name and takes their recipes); runtime sees kernels only through
+# kernels/kernel.h; kernels/cpu and kernels/cuda never include each other.
+cmake_minimum_required(VERSION 3.25)
+set(allowed_core core)
+set(allowed_graph core graph)
+set(allowed_ops core graph ops)
+set(allowed_kernels core graph ops kernels)
+set(allowed_runtime core graph ops kernels runtime)
+set(allowed_parallel core graph runtime parallel)
+set(allowed_data core data)
+set(allowed_io core io)
+set(allowed_models core graph ops models)
+set(allowed_train core graph ops runtime parallel data io models train)
+
+file(GLOB_RECURSE files ${SRC}/*.h ${SRC}/*.cc ${SRC}/*.cu ${SRC}/*.cuh)
+set(errors "")
+set(count 0)
+foreach(file ${files})
+  file(RELATIVE_PATH rel ${SRC} ${file})
+  string(REGEX MATCH "^[^/]+" layer "${rel}")
+  if(NOT DEFINED allowed_${layer})
+    continue()  # the umbrella header tower.h, if any, may include everything
+  endif()
+  file(STRINGS ${file} lines REGEX "^#include \"tower/")
+  foreach(line ${lines})
+    math(EXPR count "${count} + 1")
+    string(REGEX REPLACE "^#include \"tower/([^\"]+)\".*" "\\1" included "${line}")
+    string(REGEX MATCH "^[^/]+" target "${included}")
+    set(bad "")
+    if(NOT target IN_LIST allowed_${layer})
+      set(bad "layer ${layer} may not include ${target}")
+    elseif(layer STREQUAL "runtime" AND target STREQUAL "kernels" AND
+           NOT included STREQUAL "kernels/kernel.h")
+      set(bad "runtime sees kernels only through kernels/kernel.h")
+    elseif(rel MATCHES "^kernels/cpu/" AND included MATCHES "^kernels/cuda/")
+      set(bad "CPU kernels may not include CUDA kernel headers")
+    elseif(rel MATCHES "^kernels/cuda/" AND included MATCHES "^kernels/cpu/")
+      set(bad "CUDA kernels may not include CPU kernel headers")
+    endif()
+    if(bad)
+      string(APPEND errors "  src/tower/${rel}: #include \"tower/${included}\": ${bad}\n")
+    endif()
+  endforeach()
+endforeach()
+if(errors)
+  message(FATAL_ERROR "layering broken (see DESIGN.md and tests/layering_test.cmake):\n${errors}")
+endif()
+message(STATUS "layering: ${count} includes of src/tower checked")

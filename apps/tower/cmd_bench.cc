@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
-
 #include <nlohmann/json.hpp>
 
 #include "command.h"
@@ -77,7 +76,9 @@ void print_profile(const Flags& flags, Program& program, F&& step) {
   program.set_profiling(true);
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < flags.steps; ++i) step();
-  const double step_ms = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() * 1e3 / flags.steps;
+  const double step_ms =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() * 1e3 /
+      flags.steps;
   const std::vector<KernelTime> kernels = program.profile();
   program.set_profiling(false);
   struct Row {
@@ -93,14 +94,18 @@ void print_profile(const Flags& flags, Program& program, F&& step) {
     kernels_ms += k.seconds * 1e3 / flags.steps;
   }
   std::vector<std::pair<std::string, Row>> rows(by_op.begin(), by_op.end());
-  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.ms > b.second.ms; });
-  fmt::print(stderr, "profile of {} (tower 0), {} steps of {:.2f} ms:\n", flags.model, flags.steps, step_ms);
+  std::sort(rows.begin(), rows.end(),
+            [](const auto& a, const auto& b) { return a.second.ms > b.second.ms; });
+  fmt::print(stderr, "profile of {} (tower 0), {} steps of {:.2f} ms:\n", flags.model, flags.steps,
+             step_ms);
   fmt::print(stderr, "  {:<36} {:>8} {:>9} {:>7}\n", "op", "kernels", "ms/step", "share");
   for (const auto& [op, row] : rows)
-    fmt::print(stderr, "  {:<36} {:>8} {:>9.3f} {:>6.1f}%\n", op, row.kernels, row.ms, 100 * row.ms / step_ms);
-  fmt::print(stderr, "  {:<36} {:>8} {:>9.3f} {:>6.1f}%\n", "all kernels", "", kernels_ms, 100 * kernels_ms / step_ms);
-  fmt::print(stderr, "  {:<36} {:>8} {:>9.3f} {:>6.1f}%\n", "outside kernels", "", step_ms - kernels_ms,
-             100 * (step_ms - kernels_ms) / step_ms);
+    fmt::print(stderr, "  {:<36} {:>8} {:>9.3f} {:>6.1f}%\n", op, row.kernels, row.ms,
+               100 * row.ms / step_ms);
+  fmt::print(stderr, "  {:<36} {:>8} {:>9.3f} {:>6.1f}%\n", "all kernels", "", kernels_ms,
+             100 * kernels_ms / step_ms);
+  fmt::print(stderr, "  {:<36} {:>8} {:>9.3f} {:>6.1f}%\n", "outside kernels", "",
+             step_ms - kernels_ms, 100 * (step_ms - kernels_ms) / step_ms);
 }
 
 // Cross-rank all-reduce time by message size (the latency/bandwidth of the MPI transport), the
@@ -114,8 +119,11 @@ void run_allreduce_bench(const Flags& flags, Communicator& comm) {
     seconds.push_back(t);
   }
   if (comm.rank() == 0)
-    fmt::print("{}\n", nlohmann::json{{"mode", "allreduce"}, {"ranks", comm.size()}, {"backend", comm.backend()},
-                                      {"bytes", sizes}, {"seconds", seconds}}
+    fmt::print("{}\n", nlohmann::json{{"mode", "allreduce"},
+                                      {"ranks", comm.size()},
+                                      {"backend", comm.backend()},
+                                      {"bytes", sizes},
+                                      {"seconds", seconds}}
                            .dump());
 }
 
@@ -125,20 +133,23 @@ void run_bench(const Flags& flags) {
   const ModelDef& model = get_model(flags.model);
   if (flags.mode != "train" && flags.mode != "infer")
     fail("bad --mode '{}': expected train, infer or allreduce", flags.mode);
-  const DevicePlan plan = select_devices({.devices = flags.devices.empty() ? std::vector<Device>{}
-                                                                         : parse_device_list(flags.devices),
-                                          .num_devices = flags.num_devices,
-                                          .threads = flags.threads},
-                                         comm);
+  const DevicePlan plan = select_devices(
+      {.devices = flags.devices.empty() ? std::vector<Device>{} : parse_device_list(flags.devices),
+       .num_devices = flags.num_devices,
+       .threads = flags.threads},
+      comm);
   const int cores = plan.cores;
   if (flags.batch_size % comm.size() != 0)
-    fail("--batch_size {} must be a multiple of the number of ranks ({})", flags.batch_size, comm.size());
-  const int64_t local_batch = flags.mode == "train" ? flags.batch_size / comm.size() : flags.batch_size;
+    fail("--batch_size {} must be a multiple of the number of ranks ({})", flags.batch_size,
+         comm.size());
+  const int64_t local_batch =
+      flags.mode == "train" ? flags.batch_size / comm.size() : flags.batch_size;
   std::vector<int64_t> dims = {local_batch};
   for (int64_t d : model.default_input.dims()) dims.push_back(d);
   Tensor images = random_images(Shape(dims));
   Tensor labels(Shape{local_batch}, DType::i32);
-  for (int64_t i = 0; i < local_batch; ++i) labels.data<int32_t>()[i] = static_cast<int32_t>(i % 10);
+  for (int64_t i = 0; i < local_batch; ++i)
+    labels.data<int32_t>()[i] = static_cast<int32_t>(i % 10);
 
   double seconds = 0, flops = 0;
   nlohmann::json extra = nlohmann::json::object();  // update() refuses a null
@@ -151,12 +162,14 @@ void run_bench(const Flags& flags) {
     options.comm = &comm;
     options.deterministic = flags.deterministic;
     options.bucket_bytes = static_cast<size_t>(flags.bucket_mb * (1 << 20));
-    DataParallel dp(model.default_input, local_batch,
-                    [&](const Scope& scope, Value x, Value y) {
-                      ModelOutputs out = model.build(scope, x, 10, Mode::train);
-                      return TowerOutputs{classification_loss(scope, out.logits, y).total_loss, {}, out.updates};
-                    },
-                    options);
+    DataParallel dp(
+        model.default_input, local_batch,
+        [&](const Scope& scope, Value x, Value y) {
+          ModelOutputs out = model.build(scope, x, 10, Mode::train);
+          return TowerOutputs{
+              classification_loss(scope, out.logits, y).total_loss, {}, out.updates};
+        },
+        options);
     std::vector<std::unique_ptr<Optimizer>> optimizers;
     std::vector<std::vector<Param>> params;
     for (int r = 0; r < dp.num_replicas(); ++r) {
@@ -228,27 +241,39 @@ void run_bench(const Flags& flags) {
   if (comm.rank() == 0) fmt::print("{}\n", line.dump());
 }
 
-CommandRegistrar registrar{{"bench", "Measure training or inference throughput on synthetic data", [](CLI::App& app) {
-  static Flags flags;
-  app.add_option("--model", flags.model, "Model")->capture_default_str();
-  app.add_option("--mode", flags.mode,
-                 "train (forward + backward + SGD update), infer, or allreduce (MPI transport "
-                 "time by message size, under mpirun)")
-      ->capture_default_str();
-  app.add_option("--bucket_mb", flags.bucket_mb, "All-reduce bucket size in MB (train mode)")->capture_default_str();
-  app.add_option("--batch_size", flags.batch_size, "Global batch (all towers and ranks)")->capture_default_str()->check(positive);
-  app.add_option("--threads", flags.threads, "Threads in all (default: all cores)");
-  app.add_option("--num_devices", flags.num_devices, "Towers (train mode)")->capture_default_str()->check(positive);
-  app.add_option("--devices", flags.devices, "Devices instead of CPU towers, e.g. cuda:0 or cuda:0,cuda:1");
-  app.add_option("--strategy", flags.strategy, "allreduce | central")->capture_default_str();
-  app.add_flag("--profile", flags.profile, "Then time every kernel: a table of ms per op type on stderr");
-  app.add_flag("--deterministic,!--no-deterministic", flags.deterministic,
-               "Only bitwise-repeatable kernels (off lets cuDNN pick faster ones)")
-      ->capture_default_str();
-  app.add_option("--steps", flags.steps, "Steps per timed window")->capture_default_str()->check(positive);
-  app.add_option("--windows", flags.windows, "Timed windows (the median is reported)")->capture_default_str()->check(positive);
-  app.callback([] { run_bench(flags); });
-}}};
+CommandRegistrar registrar{
+    {"bench", "Measure training or inference throughput on synthetic data", [](CLI::App& app) {
+       static Flags flags;
+       app.add_option("--model", flags.model, "Model")->capture_default_str();
+       app.add_option("--mode", flags.mode,
+                      "train (forward + backward + SGD update), infer, or allreduce (MPI transport "
+                      "time by message size, under mpirun)")
+           ->capture_default_str();
+       app.add_option("--bucket_mb", flags.bucket_mb, "All-reduce bucket size in MB (train mode)")
+           ->capture_default_str();
+       app.add_option("--batch_size", flags.batch_size, "Global batch (all towers and ranks)")
+           ->capture_default_str()
+           ->check(positive);
+       app.add_option("--threads", flags.threads, "Threads in all (default: all cores)");
+       app.add_option("--num_devices", flags.num_devices, "Towers (train mode)")
+           ->capture_default_str()
+           ->check(positive);
+       app.add_option("--devices", flags.devices,
+                      "Devices instead of CPU towers, e.g. cuda:0 or cuda:0,cuda:1");
+       app.add_option("--strategy", flags.strategy, "allreduce | central")->capture_default_str();
+       app.add_flag("--profile", flags.profile,
+                    "Then time every kernel: a table of ms per op type on stderr");
+       app.add_flag("--deterministic,!--no-deterministic", flags.deterministic,
+                    "Only bitwise-repeatable kernels (off lets cuDNN pick faster ones)")
+           ->capture_default_str();
+       app.add_option("--steps", flags.steps, "Steps per timed window")
+           ->capture_default_str()
+           ->check(positive);
+       app.add_option("--windows", flags.windows, "Timed windows (the median is reported)")
+           ->capture_default_str()
+           ->check(positive);
+       app.callback([] { run_bench(flags); });
+     }}};
 
 }  // namespace
 }  // namespace tower::cli

@@ -25,13 +25,14 @@ void run_devices(int num_devices) {
                static_cast<double>(g.total_memory) / (1024.0 * 1024.0 * 1024.0));
 }
 
-CommandRegistrar registrar{{"devices", "List the devices tower can train on", [](CLI::App& app) {
-  static int num_devices = 0;
-  app.add_option("--num_devices", num_devices,
-                 "Split the CPU cores into this many logical devices (default: one per core)")
-      ->check(positive);
-  app.callback([] { run_devices(num_devices); });
-}}};
+CommandRegistrar registrar{
+    {"devices", "List the devices tower can train on", [](CLI::App& app) {
+       static int num_devices = 0;
+       app.add_option("--num_devices", num_devices,
+                      "Split the CPU cores into this many logical devices (default: one per core)")
+           ->check(positive);
+       app.callback([] { run_devices(num_devices); });
+     }}};
 
 }  // namespace
 }  // namespace tower::cli

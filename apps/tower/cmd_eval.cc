@@ -26,14 +26,17 @@ struct Flags {
 
 void record(const EvalResult& r, const std::string& eval_dir) {
   const std::string dir =
-      !eval_dir.empty() ? eval_dir : (std::filesystem::path(r.checkpoint).parent_path() / "eval").string();
+      !eval_dir.empty() ? eval_dir
+                        : (std::filesystem::path(r.checkpoint).parent_path() / "eval").string();
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) fail("cannot create the eval dir '{}' (--eval_dir): {}", dir, ec.message());
   EventWriter events(dir);
   events.add_scalar(r.key + "/precision_at_1", static_cast<float>(r.precision_at_1), r.step);
   MetricsLog(dir + "/metrics.jsonl")
-      .append({{"step", r.step}, {"checkpoint", r.checkpoint}, {r.key + "_precision_at_1", r.precision_at_1}});
+      .append({{"step", r.step},
+               {"checkpoint", r.checkpoint},
+               {r.key + "_precision_at_1", r.precision_at_1}});
 }
 
 void run_eval(Flags& flags) {
@@ -47,7 +50,8 @@ void run_eval(Flags& flags) {
       EvalResult r = evaluate_checkpoint(config);
       if (r.step != last_step) {
         last_step = r.step;
-        fmt::print("step {}: precision @ 1 = {:.4f} ({} examples)\n", r.step, r.precision_at_1, r.examples);
+        fmt::print("step {}: precision @ 1 = {:.4f} ({} examples)\n", r.step, r.precision_at_1,
+                   r.examples);
         std::fflush(stdout);
         record(r, flags.eval_dir);
       }
@@ -59,23 +63,32 @@ void run_eval(Flags& flags) {
   }
 }
 
-CommandRegistrar registrar{{"eval", "Evaluate checkpoints on the test set", [](CLI::App& app) {
-  static Flags flags;
-  app.add_option("--train_dir", flags.config.train_dir, "Where the checkpoints are")->capture_default_str();
-  app.add_option("--checkpoint", flags.config.checkpoint, "A checkpoint prefix (default: the latest)");
-  app.add_option("--data", flags.config.data, "Data set (default: the one the model was trained on)");
-  app.add_option("--eval_dir", flags.eval_dir,
-                 "Where to write events and metrics.jsonl (default: eval/ beside the checkpoint)");
-  app.add_flag("--no_ema", flags.no_ema, "Use the raw weights instead of their moving average");
-  app.add_flag("--run_once", flags.run_once, "Evaluate once and exit");
-  app.add_option("--eval_interval_secs", flags.interval, "Seconds between looks for a new checkpoint")
-      ->capture_default_str()->check(positive);
-  app.add_option("--batch_size", flags.config.batch_size, "Examples per batch")->capture_default_str()
-      ->check(positive);
-  app.add_option("--num_threads", flags.config.num_threads, "Threads (default: all cores)")
-      ->check(non_negative);
-  app.callback([] { run_eval(flags); });
-}}};
+CommandRegistrar registrar{
+    {"eval", "Evaluate checkpoints on the test set", [](CLI::App& app) {
+       static Flags flags;
+       app.add_option("--train_dir", flags.config.train_dir, "Where the checkpoints are")
+           ->capture_default_str();
+       app.add_option("--checkpoint", flags.config.checkpoint,
+                      "A checkpoint prefix (default: the latest)");
+       app.add_option("--data", flags.config.data,
+                      "Data set (default: the one the model was trained on)");
+       app.add_option(
+           "--eval_dir", flags.eval_dir,
+           "Where to write events and metrics.jsonl (default: eval/ beside the checkpoint)");
+       app.add_flag("--no_ema", flags.no_ema,
+                    "Use the raw weights instead of their moving average");
+       app.add_flag("--run_once", flags.run_once, "Evaluate once and exit");
+       app.add_option("--eval_interval_secs", flags.interval,
+                      "Seconds between looks for a new checkpoint")
+           ->capture_default_str()
+           ->check(positive);
+       app.add_option("--batch_size", flags.config.batch_size, "Examples per batch")
+           ->capture_default_str()
+           ->check(positive);
+       app.add_option("--num_threads", flags.config.num_threads, "Threads (default: all cores)")
+           ->check(non_negative);
+       app.callback([] { run_eval(flags); });
+     }}};
 
 }  // namespace
 }  // namespace tower::cli

@@ -21,12 +21,14 @@ void run_inspect(const std::string& path) {
   fmt::print("{} tensors, {} values\n", checkpoint.tensors.size(), total);
 }
 
-CommandRegistrar registrar{{"inspect", "Show the tensors and state of a checkpoint", [](CLI::App& app) {
-  static std::string path;
-  app.add_option("checkpoint", path, "A checkpoint prefix (train/model.ckpt-1200) or a train dir")
-      ->required();
-  app.callback([] { run_inspect(path); });
-}}};
+CommandRegistrar registrar{
+    {"inspect", "Show the tensors and state of a checkpoint", [](CLI::App& app) {
+       static std::string path;
+       app.add_option("checkpoint", path,
+                      "A checkpoint prefix (train/model.ckpt-1200) or a train dir")
+           ->required();
+       app.callback([] { run_inspect(path); });
+     }}};
 
 }  // namespace
 }  // namespace tower::cli

@@ -8,15 +8,16 @@ namespace tower::cli {
 namespace {
 
 CommandRegistrar registrar{{"models", "List the built-in models", [](CLI::App& app) {
-  app.callback([] {
-    for (const std::string& name : model_names()) {
-      const ModelDef& m = get_model(name);
-      fmt::print("{:<10} {:>10} parameters  input {}  {}\n", name,
-                 count_parameters(m, m.default_input, 10), m.default_input.to_string(), m.description);
-      fmt::print("{:<10} recipe: {}\n", "", to_string(m.recipe));
-    }
-  });
-}}};
+                              app.callback([] {
+                                for (const std::string& name : model_names()) {
+                                  const ModelDef& m = get_model(name);
+                                  fmt::print("{:<10} {:>10} parameters  input {}  {}\n", name,
+                                             count_parameters(m, m.default_input, 10),
+                                             m.default_input.to_string(), m.description);
+                                  fmt::print("{:<10} recipe: {}\n", "", to_string(m.recipe));
+                                }
+                              });
+                            }}};
 
 }  // namespace
 }  // namespace tower::cli

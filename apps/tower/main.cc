@@ -1,12 +1,12 @@
 // The `tower` command line: dispatches to the registered sub-commands. Only main catches:
 // a tower::Error becomes one line on stderr and exit code 1; bad usage exits with code 2. Under
 // mpirun, a rank that fails ends the whole job (MPI_Abort), so no other rank waits for it.
+#include <fmt/format.h>
+
 #include <cstdio>
 #include <exception>
 #include <filesystem>
 #include <string>
-
-#include <fmt/format.h>
 
 #include "command.h"
 #include "tower/core/error.h"

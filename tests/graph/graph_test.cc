@@ -20,7 +20,8 @@ TEST(GraphTest, NameScopesPrefixNodesButNotVariables) {
   Graph g;
   Scope root(g);
   Scope tower0 = root.name_scope("tower_0");
-  Value w = tower0.variable_scope("conv1").get_variable("weights", Shape{4, 3}, Initializer::zeros());
+  Value w =
+      tower0.variable_scope("conv1").get_variable("weights", Shape{4, 3}, Initializer::zeros());
   EXPECT_EQ(w.name(), "conv1/weights");
   Value x = tower0.variable_scope("conv1").placeholder("images", Shape{2, 3});
   EXPECT_EQ(x.name(), "tower_0/conv1/images");
@@ -33,8 +34,10 @@ TEST(GraphTest, VariableReuseAcrossTowers) {
   Scope root(g);
   Value a = root.name_scope("tower_0").variable_scope("fc").get_variable(
       "weights", Shape{8, 2}, Initializer::glorot_uniform());
-  Value b = root.name_scope("tower_1").with_reuse(Reuse::yes).variable_scope("fc").get_variable(
-      "weights", Shape{8, 2}, Initializer::glorot_uniform());
+  Value b = root.name_scope("tower_1")
+                .with_reuse(Reuse::yes)
+                .variable_scope("fc")
+                .get_variable("weights", Shape{8, 2}, Initializer::glorot_uniform());
   EXPECT_EQ(a, b);  // the same variable
   EXPECT_EQ(g.variables().size(), 1u);
 }
@@ -43,15 +46,17 @@ TEST(GraphTest, VariableMistakesNameTheVariable) {
   Graph g;
   Scope root(g);
   root.variable_scope("fc").get_variable("weights", Shape{8, 2}, Initializer::zeros());
-  std::string twice = error_of(
-      [&] { root.variable_scope("fc").get_variable("weights", Shape{8, 2}, Initializer::zeros()); });
+  std::string twice = error_of([&] {
+    root.variable_scope("fc").get_variable("weights", Shape{8, 2}, Initializer::zeros());
+  });
   EXPECT_NE(twice.find("'fc/weights' already exists"), std::string::npos) << twice;
   std::string missing = error_of([&] {
     root.variable_scope("fc", Reuse::yes).get_variable("bias", Shape{2}, Initializer::zeros());
   });
   EXPECT_NE(missing.find("'fc/bias' does not exist"), std::string::npos) << missing;
   std::string shape = error_of([&] {
-    root.variable_scope("fc", Reuse::yes).get_variable("weights", Shape{4, 2}, Initializer::zeros());
+    root.variable_scope("fc", Reuse::yes)
+        .get_variable("weights", Shape{4, 2}, Initializer::zeros());
   });
   EXPECT_NE(shape.find("(8, 2)"), std::string::npos) << shape;
 }

@@ -5,7 +5,6 @@
 
 #include <filesystem>
 #include <fstream>
-
 #include <nlohmann/json.hpp>
 
 #include "testing/subprocess.h"
@@ -57,13 +56,15 @@ TEST_F(BadInputTest, AFlippedBitInATensorIsNamedAndResumingFallsBackToTheCheckpo
   ASSERT_EQ(run_tower(train_flags(dirs / "run", 10)).exit_code, 0);
   const std::string file = checkpoint_prefix(dirs / "run", 10) + ".safetensors";
   std::string bytes = read_file(file);
-  bytes[bytes.size() - 3] = static_cast<char>(bytes[bytes.size() - 3] ^ 0x04);  // in the last tensor
+  bytes[bytes.size() - 3] =
+      static_cast<char>(bytes[bytes.size() - 3] ^ 0x04);  // in the last tensor
   write_file(file, bytes);
   auto resume = run_tower(train_flags(dirs / "run", 15));
   EXPECT_EQ(resume.exit_code, 0) << resume.output;
   EXPECT_TRUE(contains(resume.output, file)) << resume.output;
   EXPECT_TRUE(contains(resume.output, "fails its CRC-32C check")) << resume.output;
-  EXPECT_TRUE(contains(resume.output, "resumed from " + checkpoint_prefix(dirs / "run", 5))) << resume.output;
+  EXPECT_TRUE(contains(resume.output, "resumed from " + checkpoint_prefix(dirs / "run", 5)))
+      << resume.output;
 }
 
 TEST_F(BadInputTest, AStateFileWithoutItsKeysNamesTheFileTheKeyAndTheOlderCheckpoint) {
@@ -101,7 +102,8 @@ TEST_F(BadInputTest, MissingStateFilesStopTrainingInsteadOfOverwritingTheCheckpo
   const std::string before = read_file(tensors);
   auto r = run_tower(train_flags(dirs / "run", 10));
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_TRUE(contains(r.output, checkpoint_prefix(dirs / "run", 10) + ".json is missing")) << r.output;
+  EXPECT_TRUE(contains(r.output, checkpoint_prefix(dirs / "run", 10) + ".json is missing"))
+      << r.output;
   EXPECT_EQ(read_file(tensors), before);
 }
 
@@ -151,8 +153,9 @@ TEST_F(BadInputTest, ACorruptTestSetIsFoundBeforeTheFirstStep) {
   TmpDir dirs;
   fs::copy(data(), dirs / "data");
   fs::resize_file(dirs / "data/test_batch.bin", 1000);
-  auto r = run_tower("train --model cifar10 --data cifar10:" + (dirs / "data") +
-                     " --num_devices 1 --batch_size 8 --max_steps 100000 --train_dir " + (dirs / "run"));
+  auto r =
+      run_tower("train --model cifar10 --data cifar10:" + (dirs / "data") +
+                " --num_devices 1 --batch_size 8 --max_steps 100000 --train_dir " + (dirs / "run"));
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_TRUE(contains(r.output, "test_batch.bin")) << r.output;
   EXPECT_FALSE(contains(r.output, "step 1")) << r.output;
@@ -176,14 +179,17 @@ TEST_F(BadInputTest, EvalWritesBesideTheCheckpointWithTagsNamingWhatWasEvaluated
     events |= contains(entry.path().filename().string(), "tfevents");
   EXPECT_TRUE(events);
 
-  ASSERT_EQ(run_tower("eval --checkpoint " + prefix + " --eval_dir " + (dirs / "elsewhere")).exit_code, 0);
+  ASSERT_EQ(
+      run_tower("eval --checkpoint " + prefix + " --eval_dir " + (dirs / "elsewhere")).exit_code,
+      0);
   EXPECT_TRUE(fs::exists(dirs / "elsewhere/metrics.jsonl"));
 }
 
 TEST_F(BadInputTest, EvalOnDataOfAnotherShapeNamesTheCheckpointTheVariableAndTheFlag) {
   TmpDir dirs;
-  auto lenet = run_tower("train --model lenet --data cifar10:" + data() +
-                         " --num_devices 1 --batch_size 8 --max_steps 2 --train_dir " + (dirs / "run"));
+  auto lenet =
+      run_tower("train --model lenet --data cifar10:" + data() +
+                " --num_devices 1 --batch_size 8 --max_steps 2 --train_dir " + (dirs / "run"));
   ASSERT_EQ(lenet.exit_code, 0) << lenet.output;
   auto r = run_tower("eval --train_dir " + (dirs / "run") + " --data fashion-mnist");
   EXPECT_EQ(r.exit_code, 1) << r.output;
@@ -198,27 +204,32 @@ TEST_F(BadInputTest, EvalOnDataOfAnotherShapeNamesTheCheckpointTheVariableAndThe
 TEST(RecipeTest, EachModelTrainsWithItsOwnRecipeAndFlagsOverrideSingleFields) {
   TmpDir dirs;
   auto models = run_tower("models");
-  EXPECT_TRUE(contains(models.output, "recipe: sgd lr 0.1, exponential:decay_epochs=350,rate=0.1,staircase=1, "
-                                      "batch 128 per tower, 256 epochs, EMA 0.9999, augmentation cifar10"))
+  EXPECT_TRUE(contains(models.output,
+                       "recipe: sgd lr 0.1, exponential:decay_epochs=350,rate=0.1,staircase=1, "
+                       "batch 128 per tower, 256 epochs, EMA 0.9999, augmentation cifar10"))
       << models.output;
   auto help = run_tower("train --help");
   EXPECT_TRUE(contains(help.output, "Recipes")) << help.output;
   EXPECT_TRUE(contains(help.output, "resnet20")) << help.output;
 
   // The classic recipe of cifar10 (here on Fashion-MNIST): SGD at 0.1, batch 128 per tower.
-  auto cifar = run_tower("train --model cifar10 --max_steps 3 --num_devices 1 --train_dir " + (dirs / "c"));
+  auto cifar =
+      run_tower("train --model cifar10 --max_steps 3 --num_devices 1 --train_dir " + (dirs / "c"));
   ASSERT_EQ(cifar.exit_code, 0) << cifar.output;
   EXPECT_TRUE(contains(cifar.output, "global batch 128,")) << cifar.output;
   EXPECT_TRUE(contains(cifar.output, "lr 0.1\n")) << cifar.output;
-  nlohmann::json state = nlohmann::json::parse(read_file(checkpoint_prefix(dirs / "c", 3) + ".json"));
+  nlohmann::json state =
+      nlohmann::json::parse(read_file(checkpoint_prefix(dirs / "c", 3) + ".json"));
   EXPECT_EQ(state["run"]["optimizer"], "sgd");
   EXPECT_EQ(state["augmentation"], "cifar10");
 
   // lenet's warm-up of 50 steps on a 4-step run: clamped with one warning line; --lr overrides
   // only the learning rate.
-  auto lenet = run_tower("train --max_steps 4 --num_devices 1 --lr 0.001 --train_dir " + (dirs / "l"));
+  auto lenet =
+      run_tower("train --max_steps 4 --num_devices 1 --lr 0.001 --train_dir " + (dirs / "l"));
   ASSERT_EQ(lenet.exit_code, 0) << lenet.output;
-  EXPECT_TRUE(contains(lenet.output, "warning: --lr_schedule 'cosine:warmup_steps=50'")) << lenet.output;
+  EXPECT_TRUE(contains(lenet.output, "warning: --lr_schedule 'cosine:warmup_steps=50'"))
+      << lenet.output;
   EXPECT_TRUE(contains(lenet.output, "global batch 64,")) << lenet.output;
   state = nlohmann::json::parse(read_file(checkpoint_prefix(dirs / "l", 4) + ".json"));
   EXPECT_EQ(state["run"]["optimizer"], "adam");

@@ -33,9 +33,10 @@ class CliTest : public ::testing::Test {
   static void TearDownTestSuite() { delete data_; }
   static std::string train_flags(const std::string& dir, int steps) {
     return "train --model cifar10 --data cifar10:" + data_->path() +
-           " --num_devices 2 --batch_size 8 --optimizer momentum --lr 0.01 --lr_schedule constant --ema_decay 0.99"
-           " --seed 3 --log_every 20 --save_every_steps 10 --max_steps " + std::to_string(steps) +
-           " --train_dir " + dir;
+           " --num_devices 2 --batch_size 8 --optimizer momentum --lr 0.01 --lr_schedule constant "
+           "--ema_decay 0.99"
+           " --seed 3 --log_every 20 --save_every_steps 10 --max_steps " +
+           std::to_string(steps) + " --train_dir " + dir;
   }
   static TmpDir* data_;
 };
@@ -121,7 +122,8 @@ TEST_F(CliTest, CorruptCheckpointIsNamedAndResumingFallsBackToTheOlderOne) {
   auto resume = run_tower(train_flags(dirs / "run", 30));
   EXPECT_EQ(resume.exit_code, 0) << resume.output;
   EXPECT_TRUE(contains(resume.output, "warning: safetensors file '" + file)) << resume.output;
-  EXPECT_TRUE(contains(resume.output, "resuming from the older checkpoint " + older)) << resume.output;
+  EXPECT_TRUE(contains(resume.output, "resuming from the older checkpoint " + older))
+      << resume.output;
   EXPECT_TRUE(contains(resume.output, "at step 10")) << resume.output;
   EXPECT_NO_THROW(safetensors_read(checkpoint_prefix(dirs / "run", 30) + ".safetensors"));
 }
@@ -149,7 +151,8 @@ TEST_F(CliTest, NanLossStopsWithTheStep) {
 // drifted apart by 1% at step 40, so the losses of the first 10 steps are compared.
 TEST_F(CliTest, TrainingOnAGpuFollowsTheCpuRun) {
   if (!contains(run_tower("devices").output, "cuda:0"))
-    GTEST_SKIP() << "no CUDA device here (or no CUDA backend in this build): the GPU run is compiled, not run";
+    GTEST_SKIP() << "no CUDA device here (or no CUDA backend in this build): the GPU run is "
+                    "compiled, not run";
   TmpDir dirs;
   const int steps = 10;
   auto losses = [](const std::string& dir) {
@@ -172,7 +175,8 @@ TEST_F(CliTest, TrainingOnAGpuFollowsTheCpuRun) {
     ASSERT_EQ(gpu.exit_code, 0) << gpu.output;
     const std::vector<double> b = losses(dirs / run);
     ASSERT_EQ(a.size(), b.size());
-    for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-4 * (1 + a[i])) << "step " << i + 1;
+    for (size_t i = 0; i < a.size(); ++i)
+      EXPECT_NEAR(a[i], b[i], 1e-4 * (1 + a[i])) << "step " << i + 1;
   }
   expect_same_tensors(checkpoint_prefix(dirs / "gpu", steps) + ".safetensors",
                       checkpoint_prefix(dirs / "again", steps) + ".safetensors");
@@ -181,7 +185,8 @@ TEST_F(CliTest, TrainingOnAGpuFollowsTheCpuRun) {
 TEST(CliErrorsTest, BadFlagsAndMissingDataAreOneClearLine) {
   auto bad_number = run_tower("train --batch_size abc");
   EXPECT_EQ(bad_number.exit_code, 2);
-  EXPECT_TRUE(contains(bad_number.output, "--batch_size: must be a number > 0, got 'abc'")) << bad_number.output;
+  EXPECT_TRUE(contains(bad_number.output, "--batch_size: must be a number > 0, got 'abc'"))
+      << bad_number.output;
   EXPECT_LT(bad_number.output.size(), 200u) << bad_number.output;
   auto unknown = run_tower("train --no_such_flag 1");
   EXPECT_EQ(unknown.exit_code, 2);

@@ -2,7 +2,6 @@
 // bitwise reproducibly, resume after a rank is killed, and never hang when a rank dies, stops
 // answering, or was started with other flags.
 #include <gtest/gtest.h>
-
 #include <signal.h>
 
 #include <chrono>
@@ -52,26 +51,31 @@ std::vector<pid_t> children(pid_t parent) {
   return out;
 }
 
-bool alive(pid_t pid) { return kill(pid, 0) == 0 && !contains(read_file("/proc/" + std::to_string(pid) + "/stat"), ") Z"); }
+bool alive(pid_t pid) {
+  return kill(pid, 0) == 0 && !contains(read_file("/proc/" + std::to_string(pid) + "/stat"), ") Z");
+}
 
 class MpiTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     data_ = new TmpDir();
-    auto r = run_tower("make-dataset --format idx --out " + data_->path() + " --num_train 3000 --num_test 200 --seed 2");
+    auto r = run_tower("make-dataset --format idx --out " + data_->path() +
+                       " --num_train 3000 --num_test 200 --seed 2");
     ASSERT_EQ(r.exit_code, 0) << r.output;
   }
   static void TearDownTestSuite() { delete data_; }
   void SetUp() override {
 #ifndef TOWER_MPIEXEC
-    GTEST_SKIP() << "this build has no MPI (apt-get install libopenmpi-dev openmpi-bin, then rebuild)";
+    GTEST_SKIP()
+        << "this build has no MPI (apt-get install libopenmpi-dev openmpi-bin, then rebuild)";
 #endif
   }
   static std::string mpirun(int ranks) {
 #ifdef TOWER_MPIEXEC
     // Open MPI leaks its own buffers at MPI_Finalize (in components it has unloaded by then, so
     // no suppression can name them): leak checks of sanitizer builds stay off in the ranks.
-    return std::string(TOWER_MPIEXEC) + " --allow-run-as-root --oversubscribe -x ASAN_OPTIONS=detect_leaks=0 -np " +
+    return std::string(TOWER_MPIEXEC) +
+           " --allow-run-as-root --oversubscribe -x ASAN_OPTIONS=detect_leaks=0 -np " +
            std::to_string(ranks) + " ";
 #else
     return "";
@@ -79,9 +83,12 @@ class MpiTest : public ::testing::Test {
   }
   // Plain SGD at a constant rate, no moving average: the weights are the whole state.
   static std::string train_flags(const std::string& dir, int towers, int steps) {
-    return "train --model lenet --data idx:" + data_->path() + " --num_devices " + std::to_string(towers) +
-           " --batch_size 8 --optimizer momentum --lr 0.02 --lr_schedule constant --ema_decay 0 --seed 5"
-           " --log_every 10 --save_every_steps 10 --max_steps " + std::to_string(steps) + " --train_dir " + dir;
+    return "train --model lenet --data idx:" + data_->path() + " --num_devices " +
+           std::to_string(towers) +
+           " --batch_size 8 --optimizer momentum --lr 0.02 --lr_schedule constant --ema_decay 0 "
+           "--seed 5"
+           " --log_every 10 --save_every_steps 10 --max_steps " +
+           std::to_string(steps) + " --train_dir " + dir;
   }
   static std::string ranks_command(int ranks, const std::string& flags) {
     return mpirun(ranks) + testing::tower_binary() + " " + flags;
@@ -89,7 +96,8 @@ class MpiTest : public ::testing::Test {
   // Starts 2 ranks training into `dir` in the background and waits until they have written
   // `checkpoints` checkpoints. Returns mpirun's pid and the ranks' pids (empty if they did not
   // show up).
-  static std::pair<pid_t, std::vector<pid_t>> start_job(const std::string& dir, const std::string& flags,
+  static std::pair<pid_t, std::vector<pid_t>> start_job(const std::string& dir,
+                                                        const std::string& flags,
                                                         size_t checkpoints) {
     pid_t job = testing::spawn_command(ranks_command(2, flags), dir + ".log");
     // Up to a minute: a loaded machine (ctest -j) starts two ranks slowly.
@@ -113,7 +121,8 @@ TEST_F(MpiTest, TwoAndThreeRanksMatchOneProcessWithTheSameGlobalBatch) {
   const int steps = 30;
   for (int ranks : {2, 3}) {
     SCOPED_TRACE(::testing::Message() << ranks << " ranks");
-    const std::string one = dirs / ("one" + std::to_string(ranks)), many = dirs / ("many" + std::to_string(ranks));
+    const std::string one = dirs / ("one" + std::to_string(ranks)),
+                      many = dirs / ("many" + std::to_string(ranks));
     auto a = run_tower(train_flags(one, ranks, steps));
     ASSERT_EQ(a.exit_code, 0) << a.output;
     auto b = run_command(ranks_command(ranks, train_flags(many, 1, steps)));
@@ -127,7 +136,8 @@ TEST_F(MpiTest, TwoAndThreeRanksMatchOneProcessWithTheSameGlobalBatch) {
     // momentum steps, as in the towers equivalence test.
     for (const auto& [name, va] : wa) {
       double worst = 0;
-      for (size_t k = 0; k < va.size(); ++k) worst = std::max(worst, std::fabs(double(va[k]) - wb[name][k]));
+      for (size_t k = 0; k < va.size(); ++k)
+        worst = std::max(worst, std::fabs(double(va[k]) - wb[name][k]));
       EXPECT_LE(worst, 1e-4) << name;
     }
   }
@@ -144,7 +154,8 @@ TEST_F(MpiTest, KillingOneRankEndsTheJobAndResumingIsBitwiseIdentical) {
 
   auto [job, ranks] = start_job(dirs / "killed", train_flags(dirs / "killed", 1, steps), 2);
   ASSERT_EQ(ranks.size(), 2u) << read_file(dirs / "killed.log");
-  ASSERT_FALSE(checkpoint_list(dirs / "killed").empty()) << "no checkpoint yet\n" << read_file(dirs / "killed.log");
+  ASSERT_FALSE(checkpoint_list(dirs / "killed").empty()) << "no checkpoint yet\n"
+                                                         << read_file(dirs / "killed.log");
   const auto killed_at = Clock::now();
   kill(ranks[1], SIGKILL);
   const int code = testing::wait_exit_code(job);
@@ -162,7 +173,8 @@ TEST_F(MpiTest, KillingOneRankEndsTheJobAndResumingIsBitwiseIdentical) {
 
 TEST_F(MpiTest, AStuckRankMakesTheOthersStopWithinTheTimeout) {
   TmpDir dirs;
-  auto [job, ranks] = start_job(dirs / "run", train_flags(dirs / "run", 1, 1000000) + " --comm_timeout 3", 1);
+  auto [job, ranks] =
+      start_job(dirs / "run", train_flags(dirs / "run", 1, 1000000) + " --comm_timeout 3", 1);
   ASSERT_EQ(ranks.size(), 2u) << read_file(dirs / "run.log");
   const auto stopped_at = Clock::now();
   kill(ranks[1], SIGSTOP);
@@ -192,7 +204,8 @@ TEST_F(MpiTest, RanksStartedWithOtherFlagsAreAClearError) {
   auto r = run_command(mpirun(1) + testing::tower_binary() + " " + flags + " --lr 0.1 : -np 1 " +
                        testing::tower_binary() + " " + flags + " --lr 0.2");
   EXPECT_NE(r.exit_code, 0) << r.output;
-  EXPECT_TRUE(contains(r.output, "the ranks disagree on their flags: --lr is 0.2 on rank 1 but 0.1 on rank 0"))
+  EXPECT_TRUE(contains(
+      r.output, "the ranks disagree on their flags: --lr is 0.2 on rank 1 but 0.1 on rank 0"))
       << r.output;
 }
 

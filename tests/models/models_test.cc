@@ -1,5 +1,3 @@
-#include "tower/models/model.h"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,6 +7,7 @@
 #include "testing/gradient_check.h"
 #include "tower/core/philox.h"
 #include "tower/graph/gradients.h"
+#include "tower/models/model.h"
 #include "tower/runtime/program.h"
 
 namespace tower {
@@ -115,8 +114,12 @@ void expect_loss_goes_down(const std::string& name, const Shape& example, float 
   EXPECT_LT(last, 0.3f * first) << name << ": loss " << first << " -> " << last;
 }
 
-TEST(ModelsTest, MlpLearnsASeparableProblem) { expect_loss_goes_down("mlp", Shape{1, 28, 28}, 0.05f); }
-TEST(ModelsTest, LenetLearnsASeparableProblem) { expect_loss_goes_down("lenet", Shape{1, 28, 28}, 0.05f); }
+TEST(ModelsTest, MlpLearnsASeparableProblem) {
+  expect_loss_goes_down("mlp", Shape{1, 28, 28}, 0.05f);
+}
+TEST(ModelsTest, LenetLearnsASeparableProblem) {
+  expect_loss_goes_down("lenet", Shape{1, 28, 28}, 0.05f);
+}
 
 TEST(ModelsTest, StepAllocatesNothing) {
   TrainingGraph t("cifar10", Shape{3, 24, 24}, 8, 10, 1);

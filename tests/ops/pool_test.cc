@@ -89,7 +89,9 @@ TEST(PoolTest, MaxPoolGradRoutesToTheFirstMaximum) {
                                                              1, 1, 1, 9});
   auto dx = [&](const Tensor& input) {
     return testing::run_graph(
-               [&](const Scope& s, const std::vector<Value>& in) { return ops::max_pool_grad(s, in[0], in[1], a); },
+               [&](const Scope& s, const std::vector<Value>& in) {
+                 return ops::max_pool_grad(s, in[0], in[1], a);
+               },
                {&input, &dy})
         .to_vector<float>();
   };

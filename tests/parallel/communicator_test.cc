@@ -46,7 +46,8 @@ TEST(CommunicatorTest, ThreadRanksSumBroadcastAndGather) {
   for (int ranks : {2, 3, 5}) {
     auto errors = on_ranks(ranks, [&](Communicator& comm) {
       for (int round = 0; round < 20; ++round) {  // rounds back to back must not mix
-        std::vector<float> x = {static_cast<float>(comm.rank() + round), 0.1f * static_cast<float>(comm.rank())};
+        std::vector<float> x = {static_cast<float>(comm.rank() + round),
+                                0.1f * static_cast<float>(comm.rank())};
         comm.allreduce_sum(x.data(), 2);
         const float n = static_cast<float>(ranks);
         EXPECT_EQ(x[0], n * static_cast<float>(round) + n * (n - 1) / 2);
@@ -55,7 +56,8 @@ TEST(CommunicatorTest, ThreadRanksSumBroadcastAndGather) {
         EXPECT_EQ(v[0], ranks - 1);
         auto all = comm.allgather(std::string(static_cast<size_t>(comm.rank()), 'x'));
         ASSERT_EQ(static_cast<int>(all.size()), ranks);
-        for (int r = 0; r < ranks; ++r) EXPECT_EQ(all[static_cast<size_t>(r)].size(), static_cast<size_t>(r));
+        for (int r = 0; r < ranks; ++r)
+          EXPECT_EQ(all[static_cast<size_t>(r)].size(), static_cast<size_t>(r));
       }
     });
     for (const auto& e : errors) EXPECT_EQ(e, "");
@@ -72,7 +74,8 @@ TEST(CommunicatorTest, ARankThatNeverComesMakesTheOthersFailWithinTheTimeout) {
         comm.allreduce_sum(&x, 1);
       },
       0.3);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_LT(seconds, 5.0);
   EXPECT_NE(errors[0].find("did not answer"), std::string::npos) << errors[0];
   EXPECT_NE(errors[1].find("did not answer"), std::string::npos) << errors[1];
@@ -80,11 +83,16 @@ TEST(CommunicatorTest, ARankThatNeverComesMakesTheOthersFailWithinTheTimeout) {
 
 TEST(CommunicatorTest, MismatchedFieldsAreNamedOnEveryRank) {
   auto errors = on_ranks(3, [](Communicator& comm) {
-    check_same_on_all_ranks(comm, {{"--model", "lenet"}, {"--lr", comm.rank() == 2 ? "0.2" : "0.1"}}, "flags");
+    check_same_on_all_ranks(
+        comm, {{"--model", "lenet"}, {"--lr", comm.rank() == 2 ? "0.2" : "0.1"}}, "flags");
   });
   for (const auto& e : errors)
-    EXPECT_NE(e.find("disagree on their flags: --lr is 0.2 on rank 2 but 0.1 on rank 0"), std::string::npos) << e;
-  auto agree = on_ranks(2, [](Communicator& comm) { check_same_on_all_ranks(comm, {{"--lr", "0.1"}}, "flags"); });
+    EXPECT_NE(e.find("disagree on their flags: --lr is 0.2 on rank 2 but 0.1 on rank 0"),
+              std::string::npos)
+        << e;
+  auto agree = on_ranks(2, [](Communicator& comm) {
+    check_same_on_all_ranks(comm, {{"--lr", "0.1"}}, "flags");
+  });
   EXPECT_EQ(agree, (std::vector<std::string>{"", ""}));
 }
 
@@ -105,7 +113,8 @@ TEST(CommunicatorTest, BroadcastFromRankZeroMakesEveryRankIdentical) {
     Tensor a = Tensor::from_vector<float>(Shape{1}, {static_cast<float>(comm.rank())});
     check_identical_on_all_ranks(comm, {&a}, "trained weights");
   });
-  EXPECT_NE(differ[0].find("rank 1 holds other trained weights than rank 0"), std::string::npos) << differ[0];
+  EXPECT_NE(differ[0].find("rank 1 holds other trained weights than rank 0"), std::string::npos)
+      << differ[0];
 }
 
 }  // namespace

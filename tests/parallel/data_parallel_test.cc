@@ -25,7 +25,8 @@ Problem make_problem(const Shape& example, int64_t batch, uint64_t seed) {
   for (int64_t d : example.dims()) dims.push_back(d);
   Problem p{testing::random_tensor(Shape(dims), seed), Tensor(Shape{batch}, DType::i32)};
   Philox rng(seed, 5);
-  for (int64_t i = 0; i < batch; ++i) p.labels.data<int32_t>()[i] = static_cast<int32_t>(rng.below(static_cast<uint64_t>(i), 10));
+  for (int64_t i = 0; i < batch; ++i)
+    p.labels.data<int32_t>()[i] = static_cast<int32_t>(rng.below(static_cast<uint64_t>(i), 10));
   return p;
 }
 
@@ -45,13 +46,14 @@ struct TrainRun {
 // 5 steps of plain SGD (lr 0.05) on a fixed batch sequence. With a communicator of R ranks this
 // rank takes its share of each global batch, as the input pipeline gives it.
 TrainRun train(const std::string& model, const Shape& example, int num_towers, int64_t global_batch,
-          Strategy strategy, size_t bucket_bytes = 25u << 20, Communicator* comm = nullptr,
-          uint64_t seed = 3, bool staged = false, DeviceKind kind = DeviceKind::cpu) {
+               Strategy strategy, size_t bucket_bytes = 25u << 20, Communicator* comm = nullptr,
+               uint64_t seed = 3, bool staged = false, DeviceKind kind = DeviceKind::cpu) {
   const int ranks = comm ? comm->size() : 1, rank = comm ? comm->rank() : 0;
   const int64_t begin = global_batch * rank / ranks, end = global_batch * (rank + 1) / ranks;
   DataParallelOptions options;
   options.devices.clear();
-  for (int i = 0; i < num_towers; ++i) options.devices.push_back({kind, kind == DeviceKind::cpu ? i : 0});
+  for (int i = 0; i < num_towers; ++i)
+    options.devices.push_back({kind, kind == DeviceKind::cpu ? i : 0});
   options.threads.assign(static_cast<size_t>(num_towers), 1);
   options.strategy = strategy;
   options.bucket_bytes = bucket_bytes;
@@ -63,7 +65,8 @@ TrainRun train(const std::string& model, const Shape& example, int num_towers, i
   for (int step = 0; step < 5; ++step) {
     Problem p = make_problem(example, global_batch, 100 + static_cast<uint64_t>(step));
     run.losses.push_back(
-        dp.step(p.images.slice(begin, end), p.labels.slice(begin, end), static_cast<uint64_t>(step)).loss);
+        dp.step(p.images.slice(begin, end), p.labels.slice(begin, end), static_cast<uint64_t>(step))
+            .loss);
     for (int r = 0; r < dp.num_replicas(); ++r)
       for (size_t v = 0; v < dp.trainable().size(); ++v) {
         Tensor& w = dp.replica(r).get(dp.trainable()[v].name);
@@ -72,7 +75,8 @@ TrainRun train(const std::string& model, const Shape& example, int num_towers, i
       }
     EXPECT_TRUE(dp.replicas_identical()) << "step " << step;
   }
-  for (const std::string& name : dp.replica(0).names()) run.weights[name] = dp.replica(0).get(name).to_vector<float>();
+  for (const std::string& name : dp.replica(0).names())
+    run.weights[name] = dp.replica(0).get(name).to_vector<float>();
   return run;
 }
 
@@ -84,7 +88,8 @@ void expect_close(const TrainRun& a, const TrainRun& b, double tolerance) {
   for (const auto& [name, wa] : a.weights) {
     const auto& wb = b.weights.at(name);
     double worst = 0;
-    for (size_t k = 0; k < wa.size(); ++k) worst = std::max(worst, std::fabs(static_cast<double>(wa[k]) - wb[k]));
+    for (size_t k = 0; k < wa.size(); ++k)
+      worst = std::max(worst, std::fabs(static_cast<double>(wa[k]) - wb[k]));
     EXPECT_LE(worst, tolerance) << name;
   }
 }
@@ -124,7 +129,8 @@ TEST_P(TowersEquivalenceTest, SameSeedSameLayoutIsBitwiseDeterministic) {
 // buffers, moving averages brought back from tower 0), checked on CPU towers: same kernels in the
 // same order, so the same bits, including resnet20's batch-norm moving averages.
 TEST(DataParallelTest, StagedTowersMatchTowersSharingHostMemoryBitwise) {
-  for (const auto& [model, example] : {std::pair<std::string, Shape>{"mlp", Shape{1, 8, 8}}, {"resnet20", Shape{3, 8, 8}}})
+  for (const auto& [model, example] :
+       {std::pair<std::string, Shape>{"mlp", Shape{1, 8, 8}}, {"resnet20", Shape{3, 8, 8}}})
     for (Strategy strategy : {Strategy::allreduce, Strategy::central}) {
       SCOPED_TRACE(model + " " + std::string(strategy_name(strategy)));
       TrainRun direct = train(model, example, 2, 8, strategy, 4096);
@@ -138,14 +144,17 @@ TEST(DataParallelTest, StagedTowersMatchTowersSharingHostMemoryBitwise) {
 // math in another order, so within the towers tolerance, looser for the deeper model).
 TEST(DataParallelTest, OneGpuTowerMatchesOneCpuTower) {
   if (!has_device_ops(DeviceKind::cuda) || cuda_devices().empty())
-    GTEST_SKIP() << "no CUDA device here (or no CUDA backend in this build): the GPU path is compiled, not run";
+    GTEST_SKIP() << "no CUDA device here (or no CUDA backend in this build): the GPU path is "
+                    "compiled, not run";
   for (const auto& [model, example, tolerance] :
-       {std::tuple<std::string, Shape, double>{"mlp", Shape{1, 8, 8}, 2e-5}, {"cifar10", Shape{3, 24, 24}, 1e-4}}) {
+       {std::tuple<std::string, Shape, double>{"mlp", Shape{1, 8, 8}, 2e-5},
+        {"cifar10", Shape{3, 24, 24}, 1e-4}}) {
     // allreduce reduces over NCCL (in builds with it), central on the host.
     for (Strategy strategy : {Strategy::allreduce, Strategy::central}) {
       SCOPED_TRACE(model + " " + std::string(strategy_name(strategy)));
       TrainRun cpu = train(model, example, 1, 8, strategy);
-      TrainRun gpu = train(model, example, 1, 8, strategy, 4096, nullptr, 3, false, DeviceKind::cuda);
+      TrainRun gpu =
+          train(model, example, 1, 8, strategy, 4096, nullptr, 3, false, DeviceKind::cuda);
       expect_close(cpu, gpu, tolerance);
     }
   }
@@ -158,7 +167,8 @@ TEST(DataParallelTest, CpuAndGpuTowersDoNotMix) {
     DataParallel dp(Shape{1, 8, 8}, 4, classifier("mlp"), options);
     FAIL() << "mixed towers were accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("cannot mix CPU and GPU towers"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("cannot mix CPU and GPU towers"), std::string::npos)
+        << e.what();
   }
 }
 
@@ -206,16 +216,18 @@ TEST_P(RanksTest, InitialWeightsComeFromRankZero) {
   EXPECT_EQ(same.weights, mixed.weights);
 }
 
-INSTANTIATE_TEST_SUITE_P(Strategies, RanksTest, ::testing::Values(Strategy::allreduce, Strategy::central),
+INSTANTIATE_TEST_SUITE_P(Strategies, RanksTest,
+                         ::testing::Values(Strategy::allreduce, Strategy::central),
                          [](const auto& info) { return std::string(strategy_name(info.param)); });
 
-INSTANTIATE_TEST_SUITE_P(
-    Models, TowersEquivalenceTest,
-    ::testing::Combine(::testing::Values("mlp", "cifar10"),
-                       ::testing::Values(Strategy::allreduce, Strategy::central)),
-    [](const auto& info) {
-      return std::get<0>(info.param) + "_" + std::string(strategy_name(std::get<1>(info.param)));
-    });
+INSTANTIATE_TEST_SUITE_P(Models, TowersEquivalenceTest,
+                         ::testing::Combine(::testing::Values("mlp", "cifar10"),
+                                            ::testing::Values(Strategy::allreduce,
+                                                              Strategy::central)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_" +
+                                  std::string(strategy_name(std::get<1>(info.param)));
+                         });
 
 TEST(DataParallelTest, OverlapFirstBucketReducedBeforeBackwardEnds) {
   DataParallelOptions options;

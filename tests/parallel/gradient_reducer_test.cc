@@ -76,7 +76,8 @@ TEST(GradientReducerTest, UnevenWeights) {
   f.weights = {0.5f, 0.25f, 0.25f};
   auto reducer = make_allreduce_reducer(f.views(), f.weights, 1 << 20);
   run_step(*reducer, 3, 1);
-  for (int64_t k = 0; k < 10; ++k) EXPECT_EQ(reducer->result(2, 0).data<float>()[k], f.expected(0, k));
+  for (int64_t k = 0; k < 10; ++k)
+    EXPECT_EQ(reducer->result(2, 0).data<float>()[k], f.expected(0, k));
 }
 
 TEST(GradientReducerTest, FirstBucketIsReducedBeforeTheLastGradientArrives) {

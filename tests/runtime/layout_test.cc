@@ -114,8 +114,9 @@ TEST(LayoutTest, MaxPoolGradientOnPaddedChannelBlocks) {
   Value w = s.get_variable("w", Shape{24, 5, 3, 3}, Initializer::he_normal());
   Value h = ops::relu(s, ops::conv2d(s, images, w, {{1, 1}, ops::Padding::same}));
   Value p = ops::max_pool(s, h, {{3, 3}, {2, 2}, ops::Padding::same});
-  Value loss = ops::l2_loss(s, ops::conv2d(s, p, s.get_variable("w2", Shape{8, 24, 1, 1}, Initializer::he_normal()),
-                                          {{1, 1}, ops::Padding::valid}));
+  Value loss = ops::l2_loss(
+      s, ops::conv2d(s, p, s.get_variable("w2", Shape{8, 24, 1, 1}, Initializer::he_normal()),
+                     {{1, 1}, ops::Padding::valid}));
   std::vector<Value> fetches = {loss};
   for (Value g : gradients(s, loss, {images, w})) fetches.push_back(g);
   VariableStore variables;
@@ -132,10 +133,12 @@ TEST(LayoutTest, MaxPoolGradientOnPaddedChannelBlocks) {
   std::vector<Tensor> plain = run(false), blocked = run(true);
   for (size_t i = 0; i < plain.size(); ++i) {
     float scale = 0;
-    for (int64_t k = 0; k < plain[i].numel(); ++k) scale = std::max(scale, std::fabs(plain[i].data<float>()[k]));
+    for (int64_t k = 0; k < plain[i].numel(); ++k)
+      scale = std::max(scale, std::fabs(plain[i].data<float>()[k]));
     ASSERT_GT(scale, 0.0f) << "fetch " << i;
     for (int64_t k = 0; k < plain[i].numel(); ++k)
-      ASSERT_NEAR(plain[i].data<float>()[k], blocked[i].data<float>()[k], 1e-5f * scale) << "fetch " << i << " at " << k;
+      ASSERT_NEAR(plain[i].data<float>()[k], blocked[i].data<float>()[k], 1e-5f * scale)
+          << "fetch " << i << " at " << k;
   }
 }
 
@@ -150,7 +153,8 @@ TEST(LayoutTest, ProfilingTimesEveryKernelAndReorder) {
   program.run();
   program.run();
   const std::vector<KernelTime> profile = program.profile();
-  ASSERT_EQ(static_cast<int>(profile.size()), program.stats().num_kernels + program.stats().reorders);
+  ASSERT_EQ(static_cast<int>(profile.size()),
+            program.stats().num_kernels + program.stats().reorders);
   double total = 0;
   int reorders = 0, convolutions = 0;
   for (const KernelTime& k : profile) {

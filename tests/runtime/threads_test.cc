@@ -13,14 +13,17 @@ namespace {
 int threads_at_creation = 0, threads_at_run = 0;
 
 // A test-only op whose kernel notes the team size when it is made and when it runs.
-OpRegistrar probe_op{{"ThreadsProbe", [](const Node& node) { return std::vector<TensorSpec>{node.inputs[0].spec()}; }}};
-KernelRegistrar probe_kernel{"ThreadsProbe", DeviceKind::cpu, [](const Node& node, const KernelContext& context) {
-  threads_at_creation = kernel_threads();
-  return simple_kernel([](const Node&, const KernelIO& io) {
-    threads_at_run = kernel_threads();
-    const_cast<Tensor&>(io.outputs[0]).copy_from(io.inputs[0]);
-  })(node, context);
-}};
+OpRegistrar probe_op{{"ThreadsProbe", [](const Node& node) {
+                        return std::vector<TensorSpec>{node.inputs[0].spec()};
+                      }}};
+KernelRegistrar probe_kernel{"ThreadsProbe", DeviceKind::cpu,
+                             [](const Node& node, const KernelContext& context) {
+                               threads_at_creation = kernel_threads();
+                               return simple_kernel([](const Node&, const KernelIO& io) {
+                                 threads_at_run = kernel_threads();
+                                 const_cast<Tensor&>(io.outputs[0]).copy_from(io.inputs[0]);
+                               })(node, context);
+                             }};
 
 TEST(KernelThreadsTest, ProgramsBuildAndRunKernelsWithTheirOwnTeam) {
   KernelThreadsScope caller(3);  // the building thread's own team

@@ -33,9 +33,9 @@ inline Tensor random_tensor(Shape shape, uint64_t seed, float low = -1.0f, float
 }
 
 struct GradCheckOptions {
-  double eps = 1e-3;         // central-difference step
-  double tolerance = 1e-2;   // max |analytic - numeric| / max(1, |numeric|)
-  std::set<int> no_grad;     // input indices not to check
+  double eps = 1e-3;              // central-difference step
+  double tolerance = 1e-2;        // max |analytic - numeric| / max(1, |numeric|)
+  std::set<int> no_grad;          // input indices not to check
   int max_checks_per_input = 64;  // elements probed per input (spread over the tensor)
 };
 
@@ -83,7 +83,8 @@ inline void check_gradients(const BuildFn& build, const std::vector<Tensor>& inp
   };
   loss();
   std::vector<Tensor> analytic;
-  for (size_t g = 0; g < grads.size(); ++g) analytic.push_back(program.output(1 + static_cast<int>(g)).clone());
+  for (size_t g = 0; g < grads.size(); ++g)
+    analytic.push_back(program.output(1 + static_cast<int>(g)).clone());
 
   size_t g = 0;
   for (size_t i = 0; i < inputs.size(); ++i) {

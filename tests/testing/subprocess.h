@@ -26,14 +26,17 @@ inline CommandResult run_command(const std::string& command_line) {
   if (pipe == nullptr) return result;
   std::array<char, 4096> buffer;
   size_t n;
-  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) result.output.append(buffer.data(), n);
+  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0)
+    result.output.append(buffer.data(), n);
   int status = pclose(pipe);
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return result;
 }
 
 // Runs `args` (a shell command line after the binary) to completion.
-inline CommandResult run_tower(const std::string& args) { return run_command(tower_binary() + " " + args); }
+inline CommandResult run_tower(const std::string& args) {
+  return run_command(tower_binary() + " " + args);
+}
 
 // Starts a shell command line in the background (output to `log_path`); returns the child's pid.
 inline pid_t spawn_command(const std::string& command_line, const std::string& log_path) {

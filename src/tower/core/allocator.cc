@@ -20,12 +20,15 @@ void register_device_ops(DeviceKind kind, DeviceOps ops) {
 
 const DeviceOps& device_ops(DeviceKind kind) {
   if (kind != DeviceKind::cuda || g_cuda_ops.allocate == nullptr)
-    fail("this build of tower has no CUDA backend (configure with -DTOWER_CUDA=ON on a machine "
-         "with the CUDA toolkit)");
+    fail(
+        "this build of tower has no CUDA backend (configure with -DTOWER_CUDA=ON on a machine "
+        "with the CUDA toolkit)");
   return g_cuda_ops;
 }
 
-bool has_device_ops(DeviceKind kind) { return kind == DeviceKind::cpu || g_cuda_ops.allocate != nullptr; }
+bool has_device_ops(DeviceKind kind) {
+  return kind == DeviceKind::cpu || g_cuda_ops.allocate != nullptr;
+}
 
 void* Allocator::allocate(size_t bytes) {
   size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
@@ -47,7 +50,8 @@ void Allocator::deallocate(void* ptr, size_t bytes) {
   if (device_.kind == DeviceKind::cpu)
     std::free(ptr);
   else
-    device_ops(device_.kind).deallocate(device_.index, ptr, (bytes + kAlignment - 1) / kAlignment * kAlignment);
+    device_ops(device_.kind)
+        .deallocate(device_.index, ptr, (bytes + kAlignment - 1) / kAlignment * kAlignment);
   bytes_in_use_.fetch_sub(static_cast<int64_t>(bytes));
 }
 

@@ -42,7 +42,7 @@ Allocator& allocator_for(Device device);
 // its functions when its library is loaded; in a build without it, using such a device is a clear
 // error.
 struct DeviceOps {
-  void* (*allocate)(int index, size_t bytes);             // throws tower::Error when out of memory
+  void* (*allocate)(int index, size_t bytes);  // throws tower::Error when out of memory
   void (*deallocate)(int index, void* ptr, size_t bytes);
   void (*copy)(void* dst, const void* src, size_t bytes);  // any direction, host or device
   void (*zero)(void* ptr, size_t bytes);
@@ -56,6 +56,6 @@ struct DeviceOps {
 };
 void register_device_ops(DeviceKind kind, DeviceOps ops);
 const DeviceOps& device_ops(DeviceKind kind);  // throws if none is registered
-bool has_device_ops(DeviceKind kind);           // this build has the backend
+bool has_device_ops(DeviceKind kind);          // this build has the backend
 
 }  // namespace tower

@@ -38,7 +38,8 @@ std::vector<Device> parse_device_list(std::string_view text) {
   size_t start = 0;
   while (start <= text.size()) {
     size_t comma = text.find(',', start);
-    std::string_view item = text.substr(start, comma == std::string_view::npos ? comma : comma - start);
+    std::string_view item =
+        text.substr(start, comma == std::string_view::npos ? comma : comma - start);
     if (item.empty()) fail("bad device list '{}': empty entry", text);
     devices.push_back(Device::parse(item));
     if (comma == std::string_view::npos) break;

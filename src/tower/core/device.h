@@ -23,8 +23,8 @@ std::vector<Device> parse_device_list(std::string_view text);
 
 // What the machine offers.
 struct CpuInfo {
-  int num_cores = 1;          // hardware threads tower may use
-  std::string model_name;     // from /proc/cpuinfo, or "" if unknown
+  int num_cores = 1;       // hardware threads tower may use
+  std::string model_name;  // from /proc/cpuinfo, or "" if unknown
   bool avx2 = false, avx512f = false, avx512_bf16 = false, amx = false;
 };
 CpuInfo cpu_info();

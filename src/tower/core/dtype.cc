@@ -8,22 +8,32 @@ namespace tower {
 
 size_t dtype_size(DType dtype) {
   switch (dtype) {
-    case DType::f32: return 4;
-    case DType::bf16: return 2;
-    case DType::i32: return 4;
-    case DType::i64: return 8;
-    case DType::u8: return 1;
+    case DType::f32:
+      return 4;
+    case DType::bf16:
+      return 2;
+    case DType::i32:
+      return 4;
+    case DType::i64:
+      return 8;
+    case DType::u8:
+      return 1;
   }
   TOWER_CHECK(false);
 }
 
 std::string_view dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::f32: return "f32";
-    case DType::bf16: return "bf16";
-    case DType::i32: return "i32";
-    case DType::i64: return "i64";
-    case DType::u8: return "u8";
+    case DType::f32:
+      return "f32";
+    case DType::bf16:
+      return "bf16";
+    case DType::i32:
+      return "i32";
+    case DType::i64:
+      return "i64";
+    case DType::u8:
+      return "u8";
   }
   TOWER_CHECK(false);
 }
@@ -41,6 +51,8 @@ uint16_t f32_to_bf16(float value) {
   return static_cast<uint16_t>(bits >> 16);
 }
 
-float bf16_to_f32(uint16_t value) { return std::bit_cast<float>(static_cast<uint32_t>(value) << 16); }
+float bf16_to_f32(uint16_t value) {
+  return std::bit_cast<float>(static_cast<uint32_t>(value) << 16);
+}
 
 }  // namespace tower

@@ -15,11 +15,24 @@ std::string_view dtype_name(DType dtype);  // "f32", "bf16", ...
 DType parse_dtype(std::string_view name);  // throws tower::Error on an unknown name
 
 // The DType of a C++ element type, for typed access (Tensor::data<T>()).
-template <typename T> constexpr DType dtype_of();
-template <> constexpr DType dtype_of<float>() { return DType::f32; }
-template <> constexpr DType dtype_of<int32_t>() { return DType::i32; }
-template <> constexpr DType dtype_of<int64_t>() { return DType::i64; }
-template <> constexpr DType dtype_of<uint8_t>() { return DType::u8; }
+template <typename T>
+constexpr DType dtype_of();
+template <>
+constexpr DType dtype_of<float>() {
+  return DType::f32;
+}
+template <>
+constexpr DType dtype_of<int32_t>() {
+  return DType::i32;
+}
+template <>
+constexpr DType dtype_of<int64_t>() {
+  return DType::i64;
+}
+template <>
+constexpr DType dtype_of<uint8_t>() {
+  return DType::u8;
+}
 
 // bf16 <-> f32 (round to nearest even), for tests and checkpoint conversion.
 uint16_t f32_to_bf16(float value);

@@ -1,7 +1,9 @@
 // Errors in tower come in two kinds:
 //   * tower::Error  — something a *user* caused (bad flag, missing/corrupt file, shape mismatch in
-//     their model, NaN loss). Thrown with a message naming the file/flag/value and what was expected.
-//   * TOWER_CHECK(cond) — an *internal invariant*; failing means a bug in tower, never a user error.
+//     their model, NaN loss). Thrown with a message naming the file/flag/value and what was
+//     expected.
+//   * TOWER_CHECK(cond) — an *internal invariant*; failing means a bug in tower, never a user
+//   error.
 // (Beware: PyTorch's TORCH_CHECK is the user-facing one; ours is the opposite.)
 #pragma once
 
@@ -30,14 +32,14 @@ namespace detail {
 
 }  // namespace tower
 
-#define TOWER_CHECK(cond)                                                        \
-  do {                                                                           \
+#define TOWER_CHECK(cond)                                                               \
+  do {                                                                                  \
     if (!(cond)) ::tower::detail::internal_check_failed(#cond, __FILE__, __LINE__, ""); \
   } while (0)
 
-#define TOWER_CHECK_MSG(cond, ...)                                                       \
-  do {                                                                                   \
-    if (!(cond))                                                                         \
-      ::tower::detail::internal_check_failed(#cond, __FILE__, __LINE__,                  \
-                                             ::fmt::format(__VA_ARGS__));                \
+#define TOWER_CHECK_MSG(cond, ...)                                        \
+  do {                                                                    \
+    if (!(cond))                                                          \
+      ::tower::detail::internal_check_failed(#cond, __FILE__, __LINE__,   \
+                                             ::fmt::format(__VA_ARGS__)); \
   } while (0)

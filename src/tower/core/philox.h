@@ -20,9 +20,9 @@ class Philox {
   Philox(uint64_t seed, uint64_t stream) : seed_(seed), stream_(stream) {}
 
   std::array<uint32_t, 4> block(uint64_t counter) const;
-  uint32_t u32(uint64_t index) const;           // word `index` of the stream
-  float uniform(uint64_t index) const;          // in [0, 1), 24 bits of precision
-  float normal(uint64_t index) const;           // standard normal (Box-Muller on 2 words)
+  uint32_t u32(uint64_t index) const;            // word `index` of the stream
+  float uniform(uint64_t index) const;           // in [0, 1), 24 bits of precision
+  float normal(uint64_t index) const;            // standard normal (Box-Muller on 2 words)
   float truncated_normal(uint64_t index) const;  // standard normal resampled until |x| <= 2
   // Uniform integer in [0, bound), bound > 0; unbiased (rejection on the top of the range).
   uint32_t below(uint64_t index, uint32_t bound) const;

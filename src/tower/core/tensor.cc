@@ -91,9 +91,7 @@ void Tensor::copy_from(const Tensor& src) {
   copy_bytes(data_, device_, src.data_, src.device_, nbytes());
 }
 
-void Tensor::fill_zero() {
-  zero_bytes(data_, device_, nbytes());
-}
+void Tensor::fill_zero() { zero_bytes(data_, device_, nbytes()); }
 
 void Tensor::check_type(DType requested) const {
   if (requested != dtype_)

@@ -29,11 +29,11 @@ class Tensor {
   Tensor(const Tensor&) = delete;
   Tensor& operator=(const Tensor&) = delete;
 
-  Tensor clone() const;                               // deep copy into new storage
-  Tensor view() const;                                // shares storage
-  Tensor slice(int64_t begin, int64_t end) const;     // rows [begin, end) of axis 0, shares storage
-  Tensor reshape(Shape shape) const;                  // same storage, same numel
-  void copy_from(const Tensor& src);                  // same shape and dtype; copies the bytes (any devices)
+  Tensor clone() const;                            // deep copy into new storage
+  Tensor view() const;                             // shares storage
+  Tensor slice(int64_t begin, int64_t end) const;  // rows [begin, end) of axis 0, shares storage
+  Tensor reshape(Shape shape) const;               // same storage, same numel
+  void copy_from(const Tensor& src);  // same shape and dtype; copies the bytes (any devices)
   void fill_zero();
 
   bool defined() const { return data_ != nullptr || shape_.numel() == 0; }
@@ -45,12 +45,18 @@ class Tensor {
 
   void* raw_data() { return data_; }
   const void* raw_data() const { return data_; }
-  template <typename T> T* data() { check_type(dtype_of<T>()); return static_cast<T*>(data_); }
-  template <typename T> const T* data() const {
+  template <typename T>
+  T* data() {
+    check_type(dtype_of<T>());
+    return static_cast<T*>(data_);
+  }
+  template <typename T>
+  const T* data() const {
     check_type(dtype_of<T>());
     return static_cast<const T*>(data_);
   }
-  template <typename T> std::vector<T> to_vector() const {
+  template <typename T>
+  std::vector<T> to_vector() const {
     const T* p = data<T>();
     return std::vector<T>(p, p + numel());
   }

@@ -6,6 +6,7 @@
 
 #include "tower/core/error.h"
 #include "tower/core/philox.h"
+#include "tower/core/trace.h"
 #include "tower/data/shuffle.h"
 
 namespace tower {
@@ -45,7 +46,7 @@ InputPipeline::InputPipeline(std::shared_ptr<const Dataset> dataset, PipelineOpt
   image_shape_ = transform_output_shape(o.transform, d.image_shape());
   start_ticket_ = o.start.epoch * batches_per_epoch_ + o.start.step;
   next_ticket_ = next_return_ = start_ticket_;
-  for (int i = 0; i < o.num_workers; ++i) workers_.emplace_back([this] { worker_loop(); });
+  for (int i = 0; i < o.num_workers; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }
 
 InputPipeline::~InputPipeline() {
@@ -125,8 +126,9 @@ Batch InputPipeline::make_batch(int64_t ticket) {
   return batch;
 }
 
-void InputPipeline::worker_loop() {
+void InputPipeline::worker_loop(int index) {
   for (;;) {
+    if (trace::active()) trace::name_thread(fmt::format("input worker {}", index));
     int64_t ticket;
     {
       std::unique_lock<std::mutex> lock(mutex_);
@@ -137,6 +139,7 @@ void InputPipeline::worker_loop() {
     }
     Slot slot;
     try {
+      trace::Slice slice("input", "batch");
       slot.batch = make_batch(ticket);
     } catch (...) {
       slot.error = std::current_exception();
@@ -156,6 +159,7 @@ Batch InputPipeline::next() {
       std::lock_guard<std::mutex> lock(mutex_);
       ticket = next_return_;
     }
+    trace::Slice slice("input", "batch");
     Batch batch = make_batch(ticket);
     std::lock_guard<std::mutex> lock(mutex_);
     ++next_return_;

@@ -82,7 +82,7 @@ class InputPipeline {
   Position position_of(int64_t ticket) const;
   Batch make_batch(int64_t ticket);
   std::shared_ptr<const std::vector<int64_t>> epoch_order(int64_t epoch);
-  void worker_loop();
+  void worker_loop(int index);
 
   std::shared_ptr<const Dataset> dataset_;
   PipelineOptions options_;

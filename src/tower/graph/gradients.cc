@@ -64,8 +64,8 @@ std::vector<Value> gradients(const Scope& scope, const std::vector<Value>& ys,
     if (!def.grad) continue;  // gradients stop at non-differentiable ops
     std::vector<Value> input_grads = def.grad(scope, node, output_grads);
     TOWER_CHECK_MSG(input_grads.size() == node.inputs.size(),
-                    "gradient of {} returned {} values for {} inputs", node.op,
-                    input_grads.size(), node.inputs.size());
+                    "gradient of {} returned {} values for {} inputs", node.op, input_grads.size(),
+                    node.inputs.size());
     for (size_t i = 0; i < node.inputs.size(); ++i) {
       const Value& in = node.inputs[i];
       if (!input_grads[i].defined() || !leads_to_x[static_cast<size_t>(in.node->id)]) continue;

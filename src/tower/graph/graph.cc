@@ -119,9 +119,10 @@ Value Scope::get_variable(const std::string& name, Shape shape, Initializer init
   const VariableInfo* existing = graph_->find_variable(full);
   if (reuse_ == Reuse::yes) {
     if (existing == nullptr)
-      fail("variable '{}' does not exist, but the variable scope asks to reuse it; create it "
-           "first (in the first tower) or open the scope without reuse",
-           full);
+      fail(
+          "variable '{}' does not exist, but the variable scope asks to reuse it; create it "
+          "first (in the first tower) or open the scope without reuse",
+          full);
     if (existing->spec.shape != shape || existing->spec.dtype != dtype)
       fail("variable '{}' exists with shape {} {}, but is reused with shape {} {}", full,
            existing->spec.shape.to_string(), dtype_name(existing->spec.dtype), shape.to_string(),
@@ -129,9 +130,10 @@ Value Scope::get_variable(const std::string& name, Shape shape, Initializer init
     return existing->value;
   }
   if (existing != nullptr)
-    fail("variable '{}' already exists; did you mean to reuse it (variable scope with "
-         "Reuse::yes)?",
-         full);
+    fail(
+        "variable '{}' already exists; did you mean to reuse it (variable scope with "
+        "Reuse::yes)?",
+        full);
   TensorSpec spec{std::move(shape), dtype};
   // Variables are named by their variable-scope name: they belong to no tower.
   Node& node = graph_->add_node("Variable", full, {}, VariableAttrs{full, spec}, device_);
@@ -148,8 +150,8 @@ Value Scope::constant(const std::string& name, Shape shape, float value) const {
 
 Node& Scope::op_node(const std::string& op_name, std::vector<Value> inputs, std::any attrs,
                      const std::string& base_name) const {
-  std::string name = graph_->unique_name(
-      join_name(name_prefix_, base_name.empty() ? op_name : base_name));
+  std::string name =
+      graph_->unique_name(join_name(name_prefix_, base_name.empty() ? op_name : base_name));
   return graph_->add_node(op_name, std::move(name), std::move(inputs), std::move(attrs), device_);
 }
 
@@ -160,21 +162,18 @@ Value Scope::op(const std::string& op_name, std::vector<Value> inputs, std::any 
 
 // Sources of the graph. They are registered here because Scope creates them.
 namespace {
-OpRegistrar placeholder_op{{"Placeholder",
-                            [](const Node& n) {
-                              return std::vector<TensorSpec>{n.attr<PlaceholderAttrs>().spec};
-                            },
-                            {}}};
-OpRegistrar variable_op{{"Variable",
-                         [](const Node& n) {
-                           return std::vector<TensorSpec>{n.attr<VariableAttrs>().spec};
-                         },
-                         {}}};
-OpRegistrar constant_op{{"Constant",
-                         [](const Node& n) {
-                           return std::vector<TensorSpec>{n.attr<ConstantAttrs>().spec};
-                         },
-                         {}}};
+OpRegistrar placeholder_op{
+    {"Placeholder",
+     [](const Node& n) { return std::vector<TensorSpec>{n.attr<PlaceholderAttrs>().spec}; },
+     {}}};
+OpRegistrar variable_op{
+    {"Variable",
+     [](const Node& n) { return std::vector<TensorSpec>{n.attr<VariableAttrs>().spec}; },
+     {}}};
+OpRegistrar constant_op{
+    {"Constant",
+     [](const Node& n) { return std::vector<TensorSpec>{n.attr<ConstantAttrs>().spec}; },
+     {}}};
 }  // namespace
 
 }  // namespace tower

@@ -50,7 +50,7 @@ struct Value {
 struct Initializer {
   enum class Kind { constant, truncated_normal, normal, uniform, glorot_uniform, he_normal };
   Kind kind = Kind::constant;
-  float value = 0.0f;   // constant value, or stddev (normals), or limit (uniform: [-limit, limit])
+  float value = 0.0f;  // constant value, or stddev (normals), or limit (uniform: [-limit, limit])
 
   static Initializer constant(float v) { return {Kind::constant, v}; }
   static Initializer zeros() { return constant(0.0f); }
@@ -78,12 +78,13 @@ struct Node {
   std::string name;  // unique in the graph
   std::string op;    // registered op name, e.g. "Conv2D"
   std::vector<Value> inputs;
-  std::any attrs;    // the op's attribute struct (e.g. Conv2DAttrs), or empty
+  std::any attrs;  // the op's attribute struct (e.g. Conv2DAttrs), or empty
   std::vector<TensorSpec> outputs;
-  Device device;     // where it runs (set by the scope that created it)
+  Device device;  // where it runs (set by the scope that created it)
 
   Value output(int index = 0) { return Value{this, index}; }
-  template <typename T> const T& attr() const {
+  template <typename T>
+  const T& attr() const {
     const T* a = std::any_cast<T>(&attrs);
     TOWER_CHECK_MSG(a != nullptr, "node {} ({}) has no attributes of the requested type", name, op);
     return *a;

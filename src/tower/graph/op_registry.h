@@ -18,9 +18,8 @@ using InferFn = std::function<std::vector<TensorSpec>(const Node& node)>;
 // Given the forward node and the gradient flowing into each of its outputs (undefined Value when
 // an output does not reach the loss), adds nodes computing the gradient of each input and returns
 // them (undefined Value for inputs that get no gradient, e.g. integer labels).
-using GradFn =
-    std::function<std::vector<Value>(const Scope& scope, const Node& node,
-                                     const std::vector<Value>& output_grads)>;
+using GradFn = std::function<std::vector<Value>(const Scope& scope, const Node& node,
+                                                const std::vector<Value>& output_grads)>;
 
 struct OpDef {
   std::string name;

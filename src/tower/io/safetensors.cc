@@ -265,9 +265,10 @@ SafetensorsFile safetensors_read(const std::string& path) {
     // as a silently different model.
     if (auto it = file.metadata.find(std::string(kChecksumKey) + e.name); it != file.metadata.end())
       if (std::string computed = checksum_text(t); computed != it->second)
-        fail("safetensors file '{}' is damaged: the data of tensor '{}' fails its CRC-32C check "
-             "(stored {}, computed {})",
-             path, e.name, it->second, computed);
+        fail(
+            "safetensors file '{}' is damaged: the data of tensor '{}' fails its CRC-32C check "
+            "(stored {}, computed {})",
+            path, e.name, it->second, computed);
     file.tensors.emplace(e.name, std::move(t));
   }
   for (const auto& [key, value] : file.metadata)

@@ -118,7 +118,9 @@ int kernel_threads();  // the calling thread's team size
 // set_kernel_threads() for a scope: the thread gets its previous team size back.
 class KernelThreadsScope {
  public:
-  explicit KernelThreadsScope(int num_threads) : previous_(kernel_threads()) { set_kernel_threads(num_threads); }
+  explicit KernelThreadsScope(int num_threads) : previous_(kernel_threads()) {
+    set_kernel_threads(num_threads);
+  }
   ~KernelThreadsScope() { set_kernel_threads(previous_); }
   KernelThreadsScope(const KernelThreadsScope&) = delete;
   KernelThreadsScope& operator=(const KernelThreadsScope&) = delete;

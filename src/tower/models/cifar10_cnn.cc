@@ -38,7 +38,8 @@ ModelOutputs cifar10(const Scope& scope, Value images, int num_classes, Mode) {
   return {logits, {}};
 }
 
-ModelRegistrar registrar{{"cifar10", "the classic CIFAR-10 tutorial CNN (conv-pool-LRN x2, fc 384-192)",
+ModelRegistrar registrar{{"cifar10",
+                          "the classic CIFAR-10 tutorial CNN (conv-pool-LRN x2, fc 384-192)",
                           Shape{3, 24, 24}, cifar10,
                           // The tutorial's: 256 epochs are its 100k steps of batch 128 (~86%).
                           Recipe{.optimizer = "sgd",

@@ -11,9 +11,11 @@ namespace tower {
 namespace {
 
 Value conv_relu_pool(const Scope& scope, Value x, int64_t out, int64_t kernel) {
-  Value w = scope.get_variable("weights", Shape{out, x.shape()[1], kernel, kernel}, Initializer::he_normal());
+  Value w = scope.get_variable("weights", Shape{out, x.shape()[1], kernel, kernel},
+                               Initializer::he_normal());
   Value b = scope.get_variable("biases", Shape{out}, Initializer::zeros());
-  Value y = ops::relu(scope, ops::bias_add(scope, ops::conv2d(scope, x, w, {{1, 1}, ops::Padding::same}), b));
+  Value y = ops::relu(
+      scope, ops::bias_add(scope, ops::conv2d(scope, x, w, {{1, 1}, ops::Padding::same}), b));
   return ops::max_pool(scope, y, {{2, 2}, {2, 2}, ops::Padding::valid});
 }
 

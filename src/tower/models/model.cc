@@ -2,11 +2,11 @@
 
 #include <map>
 
+#include "tower/ops/activation.h"
+#include "tower/ops/bias.h"
 #include "tower/ops/math.h"
 #include "tower/ops/matmul.h"
 #include "tower/ops/nn_loss.h"
-#include "tower/ops/activation.h"
-#include "tower/ops/bias.h"
 
 namespace tower {
 namespace {
@@ -35,7 +35,8 @@ std::string to_string(const Recipe& r) {
   std::string text = fmt::format("{} lr {}", r.optimizer, r.lr);
   if (r.optimizer == "momentum") text += fmt::format(" (momentum {})", r.momentum);
   if (r.optimizer == "adamw") text += fmt::format(" (weight decay {})", r.weight_decay);
-  text += fmt::format(", {}, batch {} per tower, {} epochs, ", r.lr_schedule, r.batch_size, r.epochs);
+  text +=
+      fmt::format(", {}, batch {} per tower, {} epochs, ", r.lr_schedule, r.batch_size, r.epochs);
   text += r.ema_decay > 0 ? fmt::format("EMA {}", r.ema_decay) : std::string("no EMA");
   return text + fmt::format(", augmentation {}", r.augmentation);
 }
@@ -70,13 +71,12 @@ Value variable_with_weight_decay(const Scope& scope, const std::string& name, Sh
                                  Initializer init, float wd) {
   Value var = scope.get_variable(name, std::move(shape), init);
   if (wd > 0.0f)
-    scope.graph().add_to_collection("losses",
-                                    ops::scale(scope, ops::l2_loss(scope, var), wd));
+    scope.graph().add_to_collection("losses", ops::scale(scope, ops::l2_loss(scope, var), wd));
   return var;
 }
 
-Value dense(const Scope& scope, Value x, int64_t out, Initializer w_init, float bias_init,
-            float wd, Activation activation) {
+Value dense(const Scope& scope, Value x, int64_t out, Initializer w_init, float bias_init, float wd,
+            Activation activation) {
   if (x.shape().rank() != 2) x = ops::flatten(scope, x);
   Value w = variable_with_weight_decay(scope, "weights", Shape{x.shape()[1], out}, w_init, wd);
   Value b = scope.get_variable("biases", Shape{out}, Initializer::constant(bias_init));

@@ -19,7 +19,8 @@ struct ModelOutputs {
 
 // images: (N, C, H, W) f32. Weight-decay terms are added to the graph's "losses" collection
 // under the scope's name prefix, like the classic program.
-using ModelFn = std::function<ModelOutputs(const Scope& scope, Value images, int num_classes, Mode mode)>;
+using ModelFn =
+    std::function<ModelOutputs(const Scope& scope, Value images, int num_classes, Mode mode)>;
 
 // How a model is meant to be trained: what `tower train --model M` uses for every field that no
 // flag overrides. The L2 weight decay of the classic models is part of the model (the "losses"
@@ -31,9 +32,9 @@ struct Recipe {
   std::string lr_schedule = "constant";  // see train/lr_schedule.h
   int64_t batch_size = 64;               // per tower
   double epochs = 1;
-  float ema_decay = 0;                    // moving average of the weights; 0: none
-  float weight_decay = 0;                 // adamw
-  std::string augmentation = "none";      // none | cifar10 | pad-crop-flip (data/transforms.h)
+  float ema_decay = 0;                // moving average of the weights; 0: none
+  float weight_decay = 0;             // adamw
+  std::string augmentation = "none";  // none | cifar10 | pad-crop-flip (data/transforms.h)
 };
 // One line: "adam lr 0.003, cosine:warmup_steps=50, batch 64 per tower, 2.5 epochs, ...".
 std::string to_string(const Recipe& recipe);
@@ -69,7 +70,7 @@ Value variable_with_weight_decay(const Scope& scope, const std::string& name, Sh
                                  Initializer init, float wd);
 // Fully connected layer: x (N, in) -> (N, out), optional relu.
 enum class Activation : uint8_t { none, relu };
-Value dense(const Scope& scope, Value x, int64_t out, Initializer w_init, float bias_init,
-            float wd, Activation activation);
+Value dense(const Scope& scope, Value x, int64_t out, Initializer w_init, float bias_init, float wd,
+            Activation activation);
 
 }  // namespace tower

@@ -24,7 +24,8 @@ struct Builder {
     Value gamma = scope.get_variable("gamma", Shape{out}, Initializer::ones());
     Value beta = scope.get_variable("beta", Shape{out}, Initializer::zeros());
     Value mean = scope.get_variable("moving_mean", Shape{out}, Initializer::zeros(), Trainable::no);
-    Value var = scope.get_variable("moving_variance", Shape{out}, Initializer::ones(), Trainable::no);
+    Value var =
+        scope.get_variable("moving_variance", Shape{out}, Initializer::ones(), Trainable::no);
     ops::BatchNormAttrs attrs;
     attrs.mode = mode == Mode::train ? ops::BatchNormMode::training : ops::BatchNormMode::inference;
     ops::BatchNormResult bn = ops::batch_norm(scope, y, gamma, beta, mean, var, attrs);
@@ -56,16 +57,17 @@ ModelOutputs resnet20(const Scope& scope, Value images, int num_classes, Mode mo
   return {logits, b.updates};
 }
 
-ModelRegistrar registrar{{"resnet20", "ResNet-20 for CIFAR (batch norm, projection shortcuts)",
-                          Shape{3, 32, 32}, resnet20,
-                          // The paper's: lr / 10 at 32k and 48k of 64k steps of batch 128.
-                          Recipe{.optimizer = "momentum",
-                                 .momentum = 0.9f,
-                                 .lr = 0.1f,
-                                 .lr_schedule = "piecewise:boundary_epochs=82;123,values=0.1;0.01;0.001",
-                                 .batch_size = 128,
-                                 .epochs = 164,
-                                 .augmentation = "pad-crop-flip"}}};
+ModelRegistrar registrar{
+    {"resnet20", "ResNet-20 for CIFAR (batch norm, projection shortcuts)", Shape{3, 32, 32},
+     resnet20,
+     // The paper's: lr / 10 at 32k and 48k of 64k steps of batch 128.
+     Recipe{.optimizer = "momentum",
+            .momentum = 0.9f,
+            .lr = 0.1f,
+            .lr_schedule = "piecewise:boundary_epochs=82;123,values=0.1;0.01;0.001",
+            .batch_size = 128,
+            .epochs = 164,
+            .augmentation = "pad-crop-flip"}}};
 
 }  // namespace
 }  // namespace tower

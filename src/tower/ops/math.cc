@@ -252,7 +252,8 @@ std::vector<char> summed_axes(const Node& node) {
   const Shape& in = node.inputs[0].shape();
   if (node.op == "ReduceSum") {
     std::vector<char> summed(static_cast<size_t>(in.rank()), 0);
-    for (int axis : node.attr<ReduceSumAttrs>().axes) summed[static_cast<size_t>(axis < 0 ? axis + in.rank() : axis)] = 1;
+    for (int axis : node.attr<ReduceSumAttrs>().axes)
+      summed[static_cast<size_t>(axis < 0 ? axis + in.rank() : axis)] = 1;
     return summed;
   }
   const Shape& to = node.attr<ShapeAttrs>().shape;

@@ -3,10 +3,10 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 
 #include "tower/core/device.h"
@@ -45,7 +45,8 @@ struct ThreadGroup {
 
 class ThreadCommunicator : public Communicator {
  public:
-  ThreadCommunicator(std::shared_ptr<ThreadGroup> group, int rank) : group_(std::move(group)), rank_(rank) {}
+  ThreadCommunicator(std::shared_ptr<ThreadGroup> group, int rank)
+      : group_(std::move(group)), rank_(rank) {}
   int rank() const override { return rank_; }
   int size() const override { return static_cast<int>(group_->slots.size()); }
   int local_size() const override { return size(); }
@@ -53,13 +54,15 @@ class ThreadCommunicator : public Communicator {
   std::string_view backend() const override { return "threads"; }
 
   void allreduce_sum(float* data, int64_t count) override {
-    const auto all = exchange(std::string(reinterpret_cast<const char*>(data), static_cast<size_t>(count) * 4));
+    const auto all =
+        exchange(std::string(reinterpret_cast<const char*>(data), static_cast<size_t>(count) * 4));
     std::fill(data, data + count, 0.0f);
     for (const std::string& part : all)  // in rank order: the same bits on every rank
       for (int64_t i = 0; i < count; ++i) data[i] += reinterpret_cast<const float*>(part.data())[i];
   }
   void broadcast(void* data, size_t bytes, int root) override {
-    const auto all = exchange(rank_ == root ? std::string(static_cast<const char*>(data), bytes) : "");
+    const auto all =
+        exchange(rank_ == root ? std::string(static_cast<const char*>(data), bytes) : "");
     std::memcpy(data, all[static_cast<size_t>(root)].data(), bytes);
   }
   std::vector<std::string> allgather(const std::string& mine) override { return exchange(mine); }
@@ -107,9 +110,10 @@ std::unique_ptr<Communicator> make_world() {
     return make_mpi_communicator();
 #else
     if (size > 1)
-      fail("started by an MPI launcher with {} processes, but this tower was built without MPI "
-           "(apt-get install libopenmpi-dev openmpi-bin, then rebuild)",
-           size);
+      fail(
+          "started by an MPI launcher with {} processes, but this tower was built without MPI "
+          "(apt-get install libopenmpi-dev openmpi-bin, then rebuild)",
+          size);
 #endif
   }
   return make_single_communicator();
@@ -122,7 +126,9 @@ std::unique_ptr<Communicator>& world_slot() {
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_single_communicator() { return std::make_unique<SingleCommunicator>(); }
+std::unique_ptr<Communicator> make_single_communicator() {
+  return std::make_unique<SingleCommunicator>();
+}
 
 std::vector<std::unique_ptr<Communicator>> make_thread_communicators(int size) {
   auto group = std::make_shared<ThreadGroup>(size);
@@ -155,7 +161,8 @@ int cores_per_rank(const Communicator& comm) {
   return std::max(1, mine / comm.local_size());
 }
 
-void check_same_on_all_ranks(Communicator& comm, const std::vector<std::pair<std::string, std::string>>& fields,
+void check_same_on_all_ranks(Communicator& comm,
+                             const std::vector<std::pair<std::string, std::string>>& fields,
                              std::string_view what) {
   if (comm.size() == 1) return;
   std::string mine;
@@ -180,9 +187,10 @@ void check_same_on_all_ranks(Communicator& comm, const std::vector<std::pair<std
       const std::string a = i < root.size() ? root[i].second : "(none)";
       const std::string b = i < other.size() && other[i].first == name ? other[i].second : "(none)";
       if (a != b)
-        fail("the ranks disagree on their {}: {} is {} on rank {} but {} on rank 0; every rank "
-             "must run the same model with the same flags",
-             what, name, b, r, a);
+        fail(
+            "the ranks disagree on their {}: {} is {} on rank {} but {} on rank 0; every rank "
+            "must run the same model with the same flags",
+            what, name, b, r, a);
     }
   }
 }
@@ -205,10 +213,12 @@ void check_identical_on_all_ranks(Communicator& comm, const std::vector<const Te
       fail("rank {} holds other {} than rank 0 (checksum {} vs {})", r, what, sums[r], sums[0]);
 }
 
-void broadcast_from_rank0(Communicator& comm, const std::vector<Tensor*>& tensors, std::string_view what) {
+void broadcast_from_rank0(Communicator& comm, const std::vector<Tensor*>& tensors,
+                          std::string_view what) {
   if (comm.size() == 1) return;
   for (Tensor* t : tensors) comm.broadcast(t->raw_data(), t->nbytes(), 0);
-  check_identical_on_all_ranks(comm, std::vector<const Tensor*>(tensors.begin(), tensors.end()), what);
+  check_identical_on_all_ranks(comm, std::vector<const Tensor*>(tensors.begin(), tensors.end()),
+                               what);
 }
 
 }  // namespace tower

@@ -23,8 +23,8 @@ class Communicator {
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  virtual int local_size() const = 0;  // ranks on this machine (they share its cores)
-  virtual int local_rank() const = 0;  // this rank's place among them
+  virtual int local_size() const = 0;            // ranks on this machine (they share its cores)
+  virtual int local_rank() const = 0;            // this rank's place among them
   virtual std::string_view backend() const = 0;  // "single" | "mpi"
 
   // In place: data[i] becomes the sum over ranks; every rank gets the same bits.
@@ -63,12 +63,14 @@ int cores_per_rank(const Communicator& comm);
 
 // Fails on every rank, naming the first field where some rank differs from rank 0 (fields are
 // (name, value) pairs; `what` says what they describe, e.g. "flags").
-void check_same_on_all_ranks(Communicator& comm, const std::vector<std::pair<std::string, std::string>>& fields,
+void check_same_on_all_ranks(Communicator& comm,
+                             const std::vector<std::pair<std::string, std::string>>& fields,
                              std::string_view what);
 
 // Copies `tensors` from rank 0 to every rank, then verifies by checksum that all ranks hold the
 // same bits (a mismatch is an error naming the rank and `what`).
-void broadcast_from_rank0(Communicator& comm, const std::vector<Tensor*>& tensors, std::string_view what);
+void broadcast_from_rank0(Communicator& comm, const std::vector<Tensor*>& tensors,
+                          std::string_view what);
 // FNV-1a over the tensors' bytes.
 uint64_t checksum(const std::vector<const Tensor*>& tensors);
 // Fails if the tensors' checksum differs between ranks.

@@ -5,6 +5,7 @@
 #include <exception>
 
 #include "tower/core/allocator.h"
+#include "tower/core/trace.h"
 #include "tower/graph/gradients.h"
 
 namespace tower {
@@ -29,14 +30,16 @@ void DataParallel::check_devices(const DataParallelOptions& options) {
   const int n = static_cast<int>(options.devices.size());
   if (n == 0) fail("no devices given: pass --devices cpu:0,... or --num_devices N");
   if (global_batch_ < n)
-    fail("the global batch ({}) is smaller than the number of towers ({}): every tower needs at "
-         "least one example",
-         global_batch_, n);
+    fail(
+        "the global batch ({}) is smaller than the number of towers ({}): every tower needs at "
+        "least one example",
+        global_batch_, n);
   for (const Device& d : options.devices)
     if (d.kind != options.devices[0].kind)
-      fail("cannot mix CPU and GPU towers in one run ({} and {}): give only cpu:N or only cuda:N "
-           "devices (--allow_soft_placement puts missing GPUs on CPUs)",
-           options.devices[0].to_string(), d.to_string());
+      fail(
+          "cannot mix CPU and GPU towers in one run ({} and {}): give only cpu:N or only cuda:N "
+          "devices (--allow_soft_placement puts missing GPUs on CPUs)",
+          options.devices[0].to_string(), d.to_string());
   staged_ = options.stage_through_host || options.devices[0].kind != DeviceKind::cpu;
 #ifdef TOWER_HAVE_NCCL
   // GPU towers with mirrored replicas reduce on the GPUs; central keeps the classic host average.
@@ -88,13 +91,15 @@ void DataParallel::make_replicas(const DataParallelOptions& options) {
   const int n = num_towers();
   const int num_replicas = options.strategy == Strategy::central ? 1 : n;
   for (int r = 0; r < num_replicas; ++r) {
-    replicas_.push_back(std::make_unique<VariableStore>(staged_ ? Device{} : towers_[static_cast<size_t>(r)].device));
+    replicas_.push_back(std::make_unique<VariableStore>(
+        staged_ ? Device{} : towers_[static_cast<size_t>(r)].device));
     replicas_.back()->initialize(graph_, options.seed);
   }
   for (const VariableInfo& v : graph_.variables())
     if (v.trainable == Trainable::no) non_trainable_.push_back(v.name);
   std::vector<std::pair<std::string, std::string>> shapes;
-  for (const VariableInfo& v : graph_.variables()) shapes.emplace_back(v.name, v.value.shape().to_string());
+  for (const VariableInfo& v : graph_.variables())
+    shapes.emplace_back(v.name, v.value.shape().to_string());
   shapes.emplace_back("towers", std::to_string(n));
   shapes.emplace_back("batch", std::to_string(global_batch_));
   check_same_on_all_ranks(*comm_, shapes, "variables");
@@ -131,7 +136,8 @@ void DataParallel::compile_towers(const DataParallelOptions& options) {
     if (t.device.kind != DeviceKind::cpu) {
       const DeviceOps& ops = device_ops(t.device.kind);
       t.copy_stream = ops.create_stream(t.device.index);
-      t.pinned = ops.host_alloc(t.program->input(t.images).nbytes() + t.program->input(t.labels).nbytes());
+      t.pinned =
+          ops.host_alloc(t.program->input(t.images).nbytes() + t.program->input(t.labels).nbytes());
     }
     if (staged_)
       for (int f = 0; f < t.program->num_fetches(); ++f)
@@ -143,7 +149,8 @@ void DataParallel::compile_towers(const DataParallelOptions& options) {
       views.push_back(nccl_ ? t.program->output(fetch).view() : fetched(t, fetch).view());
     }
     grad_buffers.push_back(std::move(views));
-    weights.push_back(static_cast<float>(t.batch) / static_cast<float>(global_batch_ * comm_->size()));
+    weights.push_back(static_cast<float>(t.batch) /
+                      static_cast<float>(global_batch_ * comm_->size()));
   }
 #ifdef TOWER_HAVE_NCCL
   if (nccl_) {
@@ -157,7 +164,8 @@ void DataParallel::compile_towers(const DataParallelOptions& options) {
   if (options.strategy == Strategy::central)
     reducer_ = make_central_reducer(std::move(grad_buffers), std::move(weights), comm_);
   else
-    reducer_ = make_allreduce_reducer(std::move(grad_buffers), std::move(weights), options.bucket_bytes, comm_);
+    reducer_ = make_allreduce_reducer(std::move(grad_buffers), std::move(weights),
+                                      options.bucket_bytes, comm_);
 }
 
 DataParallel::~DataParallel() {
@@ -170,7 +178,9 @@ DataParallel::~DataParallel() {
   }
 }
 
-int64_t DataParallel::tower_batch(int tower) const { return towers_.at(static_cast<size_t>(tower)).batch; }
+int64_t DataParallel::tower_batch(int tower) const {
+  return towers_.at(static_cast<size_t>(tower)).batch;
+}
 
 StepResult DataParallel::step(const Tensor& images, const Tensor& labels, uint64_t step) {
   if (images.shape().rank() < 1 || images.shape()[0] != global_batch_ ||
@@ -213,13 +223,15 @@ StepResult DataParallel::step(const Tensor& images, const Tensor& labels, uint64
   // The graph's own updates (moving averages) ran on tower 0: bring them to the host (after all
   // towers are done, since they read the host replicas when they start).
   if (staged_)
-    for (const std::string& name : non_trainable_) replicas_[0]->get(name).copy_from(towers_[0].device_vars->get(name));
+    for (const std::string& name : non_trainable_)
+      replicas_[0]->get(name).copy_from(towers_[0].device_vars->get(name));
 
   // [loss, metrics...] weighted by each tower's share of the batch of all ranks.
   std::vector<float> sums(1 + towers_[0].outputs.metrics.size(), 0.0f);
   for (const Tower& t : towers_) {
     float w = static_cast<float>(t.batch) / static_cast<float>(global_batch_ * comm_->size());
-    for (size_t m = 0; m < sums.size(); ++m) sums[m] += w * fetched(t, static_cast<int>(m)).data<float>()[0];
+    for (size_t m = 0; m < sums.size(); ++m)
+      sums[m] += w * fetched(t, static_cast<int>(m)).data<float>()[0];
   }
   comm_->allreduce_sum(sums.data(), static_cast<int64_t>(sums.size()));
   return StepResult{sums[0], std::vector<float>(sums.begin() + 1, sums.end())};
@@ -227,7 +239,8 @@ StepResult DataParallel::step(const Tensor& images, const Tensor& labels, uint64
 
 void DataParallel::prefetch(const Tensor& images, const Tensor& labels) {
   if (towers_[0].copy_stream == nullptr) return;
-  TOWER_CHECK(images.shape().rank() >= 1 && images.shape()[0] == global_batch_ && labels.shape() == Shape{global_batch_});
+  TOWER_CHECK(images.shape().rank() >= 1 && images.shape()[0] == global_batch_ &&
+              labels.shape() == Shape{global_batch_});
   for (Tower& t : towers_) copy_inputs(t, images, labels);
   prefetched_ = images.raw_data();
 }
@@ -237,7 +250,8 @@ void DataParallel::prefetch(const Tensor& images, const Tensor& labels) {
 void DataParallel::copy_inputs(Tower& t, const Tensor& images, const Tensor& labels) {
   Tensor& in_images = t.program->input(t.images);
   Tensor& in_labels = t.program->input(t.labels);
-  const Tensor x = images.slice(t.offset, t.offset + t.batch), y = labels.slice(t.offset, t.offset + t.batch);
+  const Tensor x = images.slice(t.offset, t.offset + t.batch),
+               y = labels.slice(t.offset, t.offset + t.batch);
   if (t.copy_stream == nullptr) {
     in_images.copy_from(x);
     in_labels.copy_from(y);
@@ -256,6 +270,8 @@ void DataParallel::copy_inputs(Tower& t, const Tensor& images, const Tensor& lab
 // and backward, and hand each gradient to the reducer as it is ready. NCCL takes the gradients
 // from the device, ordered after their kernels on the GPU; host copies wait for the kernels.
 void DataParallel::run_tower(Tower& t, int index, uint64_t step) {
+  if (trace::active())
+    trace::name_thread(fmt::format("tower {} ({})", index, t.device.to_string()));
   if (staged_) t.device_vars->copy_from(*replicas_[static_cast<size_t>(t.replica)]);
   const int first_grad = 1 + static_cast<int>(t.outputs.metrics.size());
   t.program->run(step, [&](int fetch) {
@@ -298,16 +314,20 @@ DevicePlan select_devices(const DeviceRequest& request, const Communicator& comm
     for (size_t i = 0; i < request.devices.size(); ++i) {
       const Device& d = request.devices[i];
       for (size_t j = 0; j < i; ++j)
-        if (request.devices[j] == d) fail("--devices lists {} twice (one tower per device)", d.to_string());
+        if (request.devices[j] == d)
+          fail("--devices lists {} twice (one tower per device)", d.to_string());
       if (d.kind == DeviceKind::cpu && d.index >= cpus)
-        fail("--devices: {} does not exist; this machine has {} logical CPU device{} (cpu:0 to "
-             "cpu:{}), one per core",
-             d.to_string(), cpus, cpus == 1 ? "" : "s", cpus - 1);
+        fail(
+            "--devices: {} does not exist; this machine has {} logical CPU device{} (cpu:0 to "
+            "cpu:{}), one per core",
+            d.to_string(), cpus, cpus == 1 ? "" : "s", cpus - 1);
     }
-    plan.devices = resolve_devices(request.devices, request.allow_soft_placement, comm.local_rank());
+    plan.devices =
+        resolve_devices(request.devices, request.allow_soft_placement, comm.local_rank());
   } else {
     if (request.num_devices < 0 || request.num_devices > kMaxTowersPerRank)
-      fail("--num_devices must be between 1 and {}, got {}", kMaxTowersPerRank, request.num_devices);
+      fail("--num_devices must be between 1 and {}, got {}", kMaxTowersPerRank,
+           request.num_devices);
     const int n = request.num_devices > 0 ? request.num_devices : plan.cores;
     for (int i = 0; i < n; ++i) plan.devices.push_back(Device{DeviceKind::cpu, i});
   }
@@ -315,7 +335,8 @@ DevicePlan select_devices(const DeviceRequest& request, const Communicator& comm
   return plan;
 }
 
-std::vector<Device> resolve_devices(const std::vector<Device>& asked, bool allow_soft_placement, int local_rank) {
+std::vector<Device> resolve_devices(const std::vector<Device>& asked, bool allow_soft_placement,
+                                    int local_rank) {
   const std::vector<Device> requested = rank_devices(asked, local_rank);
   const int gpus = has_device_ops(DeviceKind::cuda) ? static_cast<int>(cuda_devices().size()) : 0;
   std::vector<std::string> missing;
@@ -323,21 +344,24 @@ std::vector<Device> resolve_devices(const std::vector<Device>& asked, bool allow
     if (d.kind == DeviceKind::cuda && d.index >= gpus) missing.push_back(d.to_string());
   if (missing.empty()) return requested;
   if (!allow_soft_placement)
-    fail("device {} was requested{}, but {}; pass --allow_soft_placement to run the towers on the "
-         "CPU instead",
-         missing[0],
-         local_rank > 0 ? fmt::format(" (rank {} of this machine: ranks count their GPUs from local rank x "
-                                      "GPUs per rank)", local_rank)
-                        : std::string(),
-         has_device_ops(DeviceKind::cuda) ? fmt::format("this machine has {} CUDA device(s)", gpus)
-                                          : std::string("this build of tower has no CUDA backend"));
+    fail(
+        "device {} was requested{}, but {}; pass --allow_soft_placement to run the towers on the "
+        "CPU instead",
+        missing[0],
+        local_rank > 0
+            ? fmt::format(" (rank {} of this machine: ranks count their GPUs from local rank x "
+                          "GPUs per rank)",
+                          local_rank)
+            : std::string(),
+        has_device_ops(DeviceKind::cuda) ? fmt::format("this machine has {} CUDA device(s)", gpus)
+                                         : std::string("this build of tower has no CUDA backend"));
   // CPU and GPU towers do not mix: once one GPU is missing, every tower goes to a CPU device.
   std::vector<Device> result;
   for (size_t i = 0; i < requested.size(); ++i) {
     const Device cpu{DeviceKind::cpu, static_cast<int>(i)};
     if (requested[i].kind == DeviceKind::cuda)
-      std::fprintf(stderr, "%swarning: %s is not available, placing its tower on %s\n", log_prefix().c_str(),
-                   requested[i].to_string().c_str(), cpu.to_string().c_str());
+      std::fprintf(stderr, "%swarning: %s is not available, placing its tower on %s\n",
+                   log_prefix().c_str(), requested[i].to_string().c_str(), cpu.to_string().c_str());
     result.push_back(requested[i].kind == DeviceKind::cuda ? cpu : requested[i]);
   }
   return result;

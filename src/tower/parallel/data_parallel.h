@@ -89,14 +89,15 @@ class DataParallel {
     std::vector<Value> grads;
     std::unique_ptr<Program> program;
     std::unique_ptr<ThreadPool> worker;
-    int replica = 0;                              // the host replica it reads
+    int replica = 0;                             // the host replica it reads
     std::unique_ptr<VariableStore> device_vars;  // staged: its own copy of the variables
     std::vector<Tensor> staged;                  // staged: host copies of the fetches
     void* copy_stream = nullptr;                 // GPU: input copies
     void* pinned = nullptr;                      // GPU: page-locked images then labels
   };
   void check_devices(const DataParallelOptions& options);
-  void build_graph(const Shape& example_shape, const TowerFn& tower_fn, const DataParallelOptions& options);
+  void build_graph(const Shape& example_shape, const TowerFn& tower_fn,
+                   const DataParallelOptions& options);
   void make_replicas(const DataParallelOptions& options);
   void compile_towers(const DataParallelOptions& options);
   void copy_inputs(Tower& t, const Tensor& images, const Tensor& labels);
@@ -111,8 +112,8 @@ class DataParallel {
   Communicator* comm_;
   int64_t global_batch_;
   bool staged_ = false;
-  bool nccl_ = false;  // GPU towers reducing with NCCL (builds with NCCL)
-  const void* prefetched_ = nullptr;  // the images prefetch() is copying
+  bool nccl_ = false;                       // GPU towers reducing with NCCL (builds with NCCL)
+  const void* prefetched_ = nullptr;        // the images prefetch() is copying
   std::vector<std::string> non_trainable_;  // variables the graph updates (moving averages)
 };
 

@@ -3,14 +3,17 @@
 #include <algorithm>
 #include <future>
 
+#include "tower/core/trace.h"
+
 namespace tower {
 
 Strategy parse_strategy(std::string_view name) {
   if (name == "central") return Strategy::central;
   if (name == "allreduce") return Strategy::allreduce;
-  fail("bad --strategy '{}': expected 'allreduce' (bucketed all-reduce, mirrored replicas) or "
-       "'central' (average on the host, one master copy)",
-       name);
+  fail(
+      "bad --strategy '{}': expected 'allreduce' (bucketed all-reduce, mirrored replicas) or "
+      "'central' (average on the host, one master copy)",
+      name);
 }
 
 std::string_view strategy_name(Strategy strategy) {
@@ -24,7 +27,8 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-void check_layout(const std::vector<std::vector<Tensor>>& grads, const std::vector<float>& weights) {
+void check_layout(const std::vector<std::vector<Tensor>>& grads,
+                  const std::vector<float>& weights) {
   TOWER_CHECK(!grads.empty() && grads.size() == weights.size());
   for (const auto& tower : grads) {
     TOWER_CHECK(tower.size() == grads[0].size());
@@ -58,7 +62,6 @@ FlatBuffer make_flat(const std::vector<Tensor>& like, const std::vector<int>& or
   return flat;
 }
 
-
 bool crosses_ranks(const Communicator* comm) { return comm != nullptr && comm->size() > 1; }
 
 // out[k] = sum over towers t (in tower order, so every replica gets the same bits) of
@@ -76,7 +79,8 @@ void weighted_sum(const std::vector<std::vector<Tensor>>& grads, const std::vect
 
 class CentralReducer : public GradientReducer {
  public:
-  CentralReducer(std::vector<std::vector<Tensor>> grads, std::vector<float> weights, Communicator* comm)
+  CentralReducer(std::vector<std::vector<Tensor>> grads, std::vector<float> weights,
+                 Communicator* comm)
       : grads_(std::move(grads)), weights_(std::move(weights)), comm_(comm) {
     check_layout(grads_, weights_);
     std::vector<int> order(grads_[0].size());
@@ -97,7 +101,8 @@ class CentralReducer : public GradientReducer {
     auto t0 = Clock::now();
     trace_.first_reduce_start = seconds_since(start_);
     for (size_t v = 0; v < master_.views.size(); ++v)
-      weighted_sum(grads_, weights_, v, 0, master_.views[v].numel(), master_.views[v].data<float>());
+      weighted_sum(grads_, weights_, v, 0, master_.views[v].numel(),
+                   master_.views[v].data<float>());
     trace_.reduce_seconds = seconds_since(t0);
     if (crosses_ranks(comm_)) {
       auto t1 = Clock::now();
@@ -225,18 +230,23 @@ class AllReduceReducer : public GradientReducer {
     for (Bucket& bucket : buckets_) {
       {
         std::unique_lock<std::mutex> lock(mutex_);
-        cv_.wait(lock, [&] { return aborted_ || bucket.ready == towers * bucket.variables.size(); });
+        cv_.wait(lock,
+                 [&] { return aborted_ || bucket.ready == towers * bucket.variables.size(); });
         if (aborted_) return;
         if (trace_.first_reduce_start < 0) trace_.first_reduce_start = seconds_since(start_);
       }
+      if (trace::active()) trace::name_thread(fmt::format("reduce {}", chunk));
+      trace::Slice slice("reduce", "reduce bucket");
       auto t0 = Clock::now();
       const int64_t lo = bucket.numel * static_cast<int64_t>(chunk) / static_cast<int64_t>(towers);
-      const int64_t hi = bucket.numel * static_cast<int64_t>(chunk + 1) / static_cast<int64_t>(towers);
+      const int64_t hi =
+          bucket.numel * static_cast<int64_t>(chunk + 1) / static_cast<int64_t>(towers);
       int64_t base = 0;
       for (int v : bucket.variables) {
         const size_t var = static_cast<size_t>(v);
         const int64_t n = grads_[0][var].numel();
-        const int64_t begin = std::max<int64_t>(lo - base, 0), end = std::min<int64_t>(hi - base, n);
+        const int64_t begin = std::max<int64_t>(lo - base, 0),
+                      end = std::min<int64_t>(hi - base, n);
         if (begin < end) {
           float* out0 = results_[0].views[var].data<float>();
           weighted_sum(grads_, weights_, var, begin, end, out0);
@@ -263,6 +273,8 @@ class AllReduceReducer : public GradientReducer {
         cv_.wait(lock, [&] { return aborted_ || bucket.reduced == grads_.size(); });
         if (aborted_) return;
       }
+      if (trace::active()) trace::name_thread("communication");
+      trace::Slice slice("comm", "allreduce bucket");
       auto t0 = Clock::now();
       float* sum = results_[0].data() + bucket.offset;
       comm_->allreduce_sum(sum, bucket.numel);
@@ -292,14 +304,16 @@ class AllReduceReducer : public GradientReducer {
 }  // namespace
 
 std::unique_ptr<GradientReducer> make_central_reducer(std::vector<std::vector<Tensor>> grads,
-                                                      std::vector<float> weights, Communicator* comm) {
+                                                      std::vector<float> weights,
+                                                      Communicator* comm) {
   return std::make_unique<CentralReducer>(std::move(grads), std::move(weights), comm);
 }
 
 std::unique_ptr<GradientReducer> make_allreduce_reducer(std::vector<std::vector<Tensor>> grads,
                                                         std::vector<float> weights,
                                                         size_t bucket_bytes, Communicator* comm) {
-  return std::make_unique<AllReduceReducer>(std::move(grads), std::move(weights), bucket_bytes, comm);
+  return std::make_unique<AllReduceReducer>(std::move(grads), std::move(weights), bucket_bytes,
+                                            comm);
 }
 
 std::vector<std::vector<int>> make_buckets(const std::vector<Tensor>& grads, size_t bucket_bytes) {

@@ -75,7 +75,8 @@ std::vector<size_t> bucket_sizes(const std::vector<Tensor>& grads, size_t bucket
 // come as soon as the kernel is queued); the sums go over NCCL between all GPUs of all ranks and
 // come back to one host copy per tower for the optimizer.
 std::unique_ptr<GradientReducer> make_nccl_reducer(std::vector<std::vector<Tensor>> grads,
-                                                   std::vector<float> weights, std::vector<void*> streams,
-                                                   size_t bucket_bytes, Communicator* comm);
+                                                   std::vector<float> weights,
+                                                   std::vector<void*> streams, size_t bucket_bytes,
+                                                   Communicator* comm);
 
 }  // namespace tower

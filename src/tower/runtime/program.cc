@@ -6,6 +6,7 @@
 #include <map>
 
 #include "tower/core/allocator.h"
+#include "tower/core/trace.h"
 #include "tower/kernels/kernel.h"
 
 namespace tower {
@@ -159,12 +160,14 @@ struct Program::Impl {
       source = variables.get(node.attr<VariableAttrs>().name).view();
     } else if (node.op == "Placeholder") {
       const TensorSpec& spec = node.outputs[0];
-      source = owned.emplace(node.id, Tensor(spec.shape, spec.dtype, options.device)).first->second.view();
+      source = owned.emplace(node.id, Tensor(spec.shape, spec.dtype, options.device))
+                   .first->second.view();
     } else if (node.op == "Constant") {
       const auto& a = node.attr<ConstantAttrs>();
       Tensor host(a.spec.shape, a.spec.dtype);
       std::fill_n(host.data<float>(), host.numel(), a.value);
-      auto& t = owned.emplace(node.id, Tensor(a.spec.shape, a.spec.dtype, options.device)).first->second;
+      auto& t =
+          owned.emplace(node.id, Tensor(a.spec.shape, a.spec.dtype, options.device)).first->second;
       t.copy_from(host);
       source = t.view();
     } else {
@@ -179,15 +182,18 @@ struct Program::Impl {
   void add_kernel(const Node& node) {
     const KernelFactory* factory = find_kernel(node.op, options.device.kind);
     if (factory == nullptr)
-      fail("{} ({}): no kernel for op {} on {}", node.name, node.op, node.op, options.device.to_string());
+      fail("{} ({}): no kernel for op {} on {}", node.name, node.op, node.op,
+           options.device.to_string());
     KernelContext context{options.device, options.num_threads, stream, {}, options.deterministic};
     for (const Value& in : node.inputs)
-      context.input_layouts.push_back(buffers[static_cast<size_t>(versions.at(key(in)).front())].layout);
+      context.input_layouts.push_back(
+          buffers[static_cast<size_t>(versions.at(key(in)).front())].layout);
     Step step;
     step.node = &node;
     step.kernel = (*factory)(node, context);
     for (size_t i = 0; i < node.inputs.size(); ++i)
-      step.inputs.push_back(buffer_in(node.inputs[i], step.kernel->input_layout(static_cast<int>(i))));
+      step.inputs.push_back(
+          buffer_in(node.inputs[i], step.kernel->input_layout(static_cast<int>(i))));
     const int position = static_cast<int>(steps.size());
     for (size_t o = 0; o < node.outputs.size(); ++o)
       step.outputs.push_back(add_buffer(Value{const_cast<Node*>(&node), static_cast<int>(o)},
@@ -201,7 +207,8 @@ struct Program::Impl {
       if (!options.propagate_layouts) {
         // Every value plain between kernels: consumers see only the plain copy.
         versions.at(key(v)) = {buffer_in(v, Layout{})};
-      } else if (std::any_of(fetches.begin(), fetches.end(), [&](const Value& f) { return key(f) == key(v); })) {
+      } else if (std::any_of(fetches.begin(), fetches.end(),
+                             [&](const Value& f) { return key(f) == key(v); })) {
         buffer_in(v, Layout{});
       }
     }
@@ -240,7 +247,9 @@ struct Program::Impl {
                    options.device);
     auto* base = static_cast<char*>(arena.raw_data());
     for (Buffer& b : buffers)
-      if (!b.external) b.view = Tensor::wrap(base + b.block.offset, b.value.shape(), b.value.dtype(), options.device);
+      if (!b.external)
+        b.view =
+            Tensor::wrap(base + b.block.offset, b.value.shape(), b.value.dtype(), options.device);
   }
 
   // 4. Every kernel bound to its buffers, once; each fetch marked ready after its producer.
@@ -248,8 +257,10 @@ struct Program::Impl {
     auto* base = static_cast<char*>(arena.raw_data());
     for (size_t p = 0; p < steps.size(); ++p) {
       Step& step = steps[p];
-      for (int b : step.inputs) step.io.inputs.push_back(buffers[static_cast<size_t>(b)].view.view());
-      for (int b : step.outputs) step.io.outputs.push_back(buffers[static_cast<size_t>(b)].view.view());
+      for (int b : step.inputs)
+        step.io.inputs.push_back(buffers[static_cast<size_t>(b)].view.view());
+      for (int b : step.outputs)
+        step.io.outputs.push_back(buffers[static_cast<size_t>(b)].view.view());
       const Block& s = scratch_blocks[p];
       step.io.scratch = s.bytes > 0 ? base + s.offset : nullptr;
       step.kernel->bind(step.io);
@@ -311,9 +322,15 @@ void Program::run(uint64_t step, const std::function<void(int)>& on_fetch_ready)
   if (m.stream != nullptr) device_ops(m.options.device.kind).make_current(m.options.device.index);
   if (on_fetch_ready)
     for (int f : m.source_fetches) on_fetch_ready(f);
+  const bool tracing = trace::active();
   for (Impl::Step& s : m.steps) {
     s.io.step = step;
-    if (m.profiling) {
+    if (tracing) {  // on a GPU, the slices are the launches
+      const auto start = trace::Clock::now();
+      s.kernel->run(s.io);
+      trace::add("kernel", s.reorder ? "Reorder" : s.node->op, start, trace::Clock::now(),
+                 s.node->name);
+    } else if (m.profiling) {
       const auto start = std::chrono::steady_clock::now();
       s.kernel->run(s.io);
       m.synchronize();

@@ -36,12 +36,21 @@ void initialize_tensor(Tensor& tensor, const Initializer& init, uint64_t seed,
   for (int64_t i = 0; i < n; ++i) {
     uint64_t k = static_cast<uint64_t>(i);
     switch (init.kind) {
-      case Kind::constant: p[i] = init.value; break;
-      case Kind::truncated_normal: p[i] = init.value * rng.truncated_normal(k); break;
-      case Kind::normal: p[i] = init.value * rng.normal(k); break;
-      case Kind::uniform: p[i] = init.value * (2.0f * rng.uniform(k) - 1.0f); break;
+      case Kind::constant:
+        p[i] = init.value;
+        break;
+      case Kind::truncated_normal:
+        p[i] = init.value * rng.truncated_normal(k);
+        break;
+      case Kind::normal:
+        p[i] = init.value * rng.normal(k);
+        break;
+      case Kind::uniform:
+        p[i] = init.value * (2.0f * rng.uniform(k) - 1.0f);
+        break;
       case Kind::glorot_uniform:
-        p[i] = static_cast<float>(std::sqrt(6.0 / (fan_in + fan_out))) * (2.0f * rng.uniform(k) - 1.0f);
+        p[i] = static_cast<float>(std::sqrt(6.0 / (fan_in + fan_out))) *
+               (2.0f * rng.uniform(k) - 1.0f);
         break;
       case Kind::he_normal:
         // Truncated at 2 stddev, rescaled so the variance stays 2 / fan_in.

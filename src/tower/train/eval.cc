@@ -36,31 +36,37 @@ EvalResult evaluate_checkpoint(const EvalConfig& config) {
     checkpoint = load_training_checkpoint(prefix);
   } catch (const Error& e) {
     if (!latest) throw;
-    const int64_t step = checkpoint_list(config.train_dir).empty() ? 0 : checkpoint_list(config.train_dir).back();
+    const int64_t step =
+        checkpoint_list(config.train_dir).empty() ? 0 : checkpoint_list(config.train_dir).back();
     fail("{}\n{}", e.what(), older_checkpoint_hint(config.train_dir, step, "--checkpoint"));
   }
   const TrainingState& state = checkpoint.state;
   const ModelDef& model = get_model(state.run.model);
   const bool other_data = !config.data.empty() && config.data != state.run.data;
   const std::string data = other_data ? config.data : state.run.data;
-  auto test_set = std::make_shared<const Dataset>(open_dataset(parse_dataset_spec(data), Split::test));
-  const std::string augmentation = state.augmentation.empty() ? model.recipe.augmentation : state.augmentation;
-  const int threads = select_devices({.num_devices = 1, .threads = config.num_threads}, world()).cores;
+  auto test_set =
+      std::make_shared<const Dataset>(open_dataset(parse_dataset_spec(data), Split::test));
+  const std::string augmentation =
+      state.augmentation.empty() ? model.recipe.augmentation : state.augmentation;
+  const int threads =
+      select_devices({.num_devices = 1, .threads = config.num_threads}, world()).cores;
   const bool ema = config.use_ema && state.ema;
   EvalResult result;
   result.step = checkpoint.data.step;
   result.checkpoint = checkpoint.data.prefix;
   result.key = eval_key(ema, other_data ? data : std::string());
   try {
-    Evaluator evaluator(state.run.model, test_set,
-                        input_transforms(augmentation, model.default_input, test_set->image_shape()).eval,
-                        config.batch_size, threads);
+    Evaluator evaluator(
+        state.run.model, test_set,
+        input_transforms(augmentation, model.default_input, test_set->image_shape()).eval,
+        config.batch_size, threads);
     result.examples = evaluator.examples();
     result.precision_at_1 = evaluator.evaluate([&](const std::string& name) -> const Tensor& {
       const auto& tensors = checkpoint.data.tensors;
       auto it = ema ? tensors.find(name + "/ExponentialMovingAverage") : tensors.end();
       if (it == tensors.end()) it = tensors.find(name);
-      if (it == tensors.end()) fail("the checkpoint has no tensor '{}' needed by model {}", name, state.run.model);
+      if (it == tensors.end())
+        fail("the checkpoint has no tensor '{}' needed by model {}", name, state.run.model);
       return it->second;
     });
   } catch (const Error& e) {

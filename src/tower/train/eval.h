@@ -12,7 +12,7 @@ struct EvalConfig {
   std::string data;        // empty: the data set recorded in the checkpoint
   bool use_ema = true;
   int64_t batch_size = 500;
-  int num_threads = 0;     // 0: all cores
+  int num_threads = 0;  // 0: all cores
 };
 
 struct EvalResult {

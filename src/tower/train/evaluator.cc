@@ -94,7 +94,8 @@ InputTransforms input_transforms(const std::string& augmentation, const Shape& m
                                  const Shape& data_image) {
   if (augmentation == "cifar10" && cifar10_crops(model_input, data_image))
     return {cifar10_train_transform(), cifar10_eval_transform()};
-  if (augmentation == "cifar10" || augmentation == "none") return {scale_to_unit(), scale_to_unit()};
+  if (augmentation == "cifar10" || augmentation == "none")
+    return {scale_to_unit(), scale_to_unit()};
   if (augmentation == "pad-crop-flip") return {pad_crop_flip_transform(4), scale_to_unit()};
   fail("--augmentation '{}': expected none, cifar10 or pad-crop-flip", augmentation);
 }

@@ -265,8 +265,8 @@ std::unique_ptr<LrSchedule> parse_lr_schedule(const std::string& spec, float ini
       std::fprintf(stderr,
                    "warning: --lr_schedule '%s': the warm-up of %lld steps is longer than the run "
                    "(%lld steps): warming up for %lld\n",
-                   spec.c_str(), static_cast<long long>(warmup), static_cast<long long>(total_steps),
-                   static_cast<long long>(total_steps / 2));
+                   spec.c_str(), static_cast<long long>(warmup),
+                   static_cast<long long>(total_steps), static_cast<long long>(total_steps / 2));
       warmup = total_steps / 2;
     }
     return std::make_unique<Cosine>(lr, warmup, start, alpha, total_steps);

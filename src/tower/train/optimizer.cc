@@ -1,8 +1,8 @@
 #include "tower/train/optimizer.h"
 
-#include "tower/parallel/data_parallel.h"
-
 #include <cmath>
+
+#include "tower/parallel/data_parallel.h"
 
 namespace tower {
 
@@ -97,7 +97,8 @@ std::vector<Param> replica_params(DataParallel& dp, int replica) {
   std::vector<Param> params;
   for (size_t v = 0; v < dp.trainable().size(); ++v) {
     const std::string& name = dp.trainable()[v].name;
-    params.push_back({name, &dp.replica(replica).get(name), &dp.gradient(replica, static_cast<int>(v))});
+    params.push_back(
+        {name, &dp.replica(replica).get(name), &dp.gradient(replica, static_cast<int>(v))});
   }
   return params;
 }

@@ -14,6 +14,7 @@
 #include <optional>
 
 #include "tower/core/thread_pool.h"
+#include "tower/core/trace.h"
 #include "tower/data/input_pipeline.h"
 #include "tower/io/event_writer.h"
 #include "tower/io/metrics_log.h"
@@ -59,7 +60,8 @@ void check_number(const char* flag, double value, double lo, double hi, const ch
     fail("{} must be {}, got {}", flag, expected, value);
 }
 void check_count(const char* flag, int64_t value, int64_t lo, int64_t hi) {
-  if (value < lo || value > hi) fail("{} must be a whole number from {} to {}, got {}", flag, lo, hi, value);
+  if (value < lo || value > hi)
+    fail("{} must be a whole number from {} to {}, got {}", flag, lo, hi, value);
 }
 
 // The train dir exists (created if need be), is a directory and can be written.
@@ -97,18 +99,30 @@ void add_input_images(EventWriter& events, const Tensor& images, int64_t step) {
 std::vector<std::pair<std::string, std::string>> rank_fields(const TrainConfig& c, size_t towers,
                                                              const Dataset& data) {
   const OptimizerConfig& o = c.optimizer;
-  return {{"--model", c.model}, {"--data", c.data},
-          {"the data set's size", fmt::format("{} examples of {}", data.size(), data.image_shape().to_string())},
-          {"the number of towers", std::to_string(towers)}, {"--batch_size", std::to_string(c.batch_size)},
-          {"--strategy", std::string(strategy_name(c.strategy))}, {"--bucket_mb", fmt::format("{}", c.bucket_mb)},
-          {"--max_steps", std::to_string(c.max_steps)}, {"--epochs", fmt::format("{}", c.epochs)},
-          {"--optimizer", o.name}, {"--momentum", fmt::format("{}", o.momentum)},
-          {"--nesterov", fmt::format("{}", o.nesterov)}, {"--weight_decay", fmt::format("{}", o.weight_decay)},
-          {"--beta1", fmt::format("{}", o.beta1)}, {"--beta2", fmt::format("{}", o.beta2)},
-          {"--epsilon", fmt::format("{}", o.epsilon)}, {"--lr", fmt::format("{}", c.lr)},
-          {"--lr_schedule", c.lr_schedule}, {"--clip_norm", fmt::format("{}", c.clip_norm)},
-          {"--ema_decay", fmt::format("{}", c.ema_decay)}, {"--augmentation", c.augmentation},
-          {"--seed", std::to_string(c.seed)}, {"--resume_from", c.resume_from},
+  return {{"--model", c.model},
+          {"--data", c.data},
+          {"the data set's size",
+           fmt::format("{} examples of {}", data.size(), data.image_shape().to_string())},
+          {"the number of towers", std::to_string(towers)},
+          {"--batch_size", std::to_string(c.batch_size)},
+          {"--strategy", std::string(strategy_name(c.strategy))},
+          {"--bucket_mb", fmt::format("{}", c.bucket_mb)},
+          {"--max_steps", std::to_string(c.max_steps)},
+          {"--epochs", fmt::format("{}", c.epochs)},
+          {"--optimizer", o.name},
+          {"--momentum", fmt::format("{}", o.momentum)},
+          {"--nesterov", fmt::format("{}", o.nesterov)},
+          {"--weight_decay", fmt::format("{}", o.weight_decay)},
+          {"--beta1", fmt::format("{}", o.beta1)},
+          {"--beta2", fmt::format("{}", o.beta2)},
+          {"--epsilon", fmt::format("{}", o.epsilon)},
+          {"--lr", fmt::format("{}", c.lr)},
+          {"--lr_schedule", c.lr_schedule},
+          {"--clip_norm", fmt::format("{}", c.clip_norm)},
+          {"--ema_decay", fmt::format("{}", c.ema_decay)},
+          {"--augmentation", c.augmentation},
+          {"--seed", std::to_string(c.seed)},
+          {"--resume_from", c.resume_from},
           {"--deterministic", fmt::format("{}", c.deterministic)}};
 }
 
@@ -128,6 +142,7 @@ class Run {
     StopSignals signals;
     print_start();
     while (step_ < total_steps_ && !result_.interrupted) loop_step();
+    trace_steps();
     finish();
     return result_;
   }
@@ -150,14 +165,17 @@ class Run {
     train_set_ = std::make_shared<const Dataset>(open_dataset(spec_, Split::train));
     if (chief_ && (config_.final_eval || config_.eval_every > 0))
       test_set_ = std::make_shared<const Dataset>(open_dataset(spec_, Split::test));
-    check_same_on_all_ranks(comm_, rank_fields(config_, plan_.devices.size(), *train_set_), "flags");
+    check_same_on_all_ranks(comm_, rank_fields(config_, plan_.devices.size(), *train_set_),
+                            "flags");
     if (global_batch_ > train_set_->size())
-      fail("{} tower{} (--num_devices or --devices) x --batch_size {}{} = {} examples per step, but "
-           "the training set {} has {}: lower --batch_size or the number of towers",
-           plan_.devices.size(), plan_.devices.size() == 1 ? "" : "s", config_.batch_size,
-           comm_.size() > 1 ? fmt::format(" x {} ranks", comm_.size()) : std::string(),
-           global_batch_, train_set_->name, train_set_->size());
-    transforms_ = input_transforms(config_.augmentation, model_.default_input, train_set_->image_shape());
+      fail(
+          "{} tower{} (--num_devices or --devices) x --batch_size {}{} = {} examples per step, but "
+          "the training set {} has {}: lower --batch_size or the number of towers",
+          plan_.devices.size(), plan_.devices.size() == 1 ? "" : "s", config_.batch_size,
+          comm_.size() > 1 ? fmt::format(" x {} ranks", comm_.size()) : std::string(),
+          global_batch_, train_set_->name, train_set_->size());
+    transforms_ =
+        input_transforms(config_.augmentation, model_.default_input, train_set_->image_shape());
   }
 
   // Rank 0 finds the checkpoint to resume from and tells the others where training stands.
@@ -171,14 +189,16 @@ class Run {
     if (checkpoint_) {
       const RunIdentity& saved = checkpoint_->state.run;
       if (auto diff = first_difference(saved, identity()))
-        fail("checkpoint {} was written by a run with {} = {}, but this run has {} = {}; use "
-             "another --train_dir or the same flags",
-             checkpoint_->data.prefix, diff->key, diff->saved, diff->key, diff->now);
+        fail(
+            "checkpoint {} was written by a run with {} = {}, but this run has {} = {}; use "
+            "another --train_dir or the same flags",
+            checkpoint_->data.prefix, diff->key, diff->saved, diff->key, diff->now);
     }
     nlohmann::json resume;  // {step, epoch, epoch_step}; null when starting fresh
     if (checkpoint_)
       resume = {checkpoint_->state.step, checkpoint_->state.epoch, checkpoint_->state.epoch_step};
-    if (comm_.size() > 1) resume = nlohmann::json::parse(comm_.allgather(chief_ ? resume.dump() : "")[0]);
+    if (comm_.size() > 1)
+      resume = nlohmann::json::parse(comm_.allgather(chief_ ? resume.dump() : "")[0]);
     PipelineOptions options;
     options.batch_size = global_batch_;
     options.rank = comm_.rank();
@@ -194,12 +214,14 @@ class Run {
     pipeline_ = std::make_unique<InputPipeline>(train_set_, options);
     steps_per_epoch_ = pipeline_->batches_per_epoch();
     if (options.start.step >= steps_per_epoch_)
-      fail("checkpoint {}: its position (epoch {}, step {}) is past the end of an epoch of {} steps",
-           checkpoint_ ? checkpoint_->data.prefix : std::string("of rank 0"), options.start.epoch,
-           options.start.step, steps_per_epoch_);
+      fail(
+          "checkpoint {}: its position (epoch {}, step {}) is past the end of an epoch of {} steps",
+          checkpoint_ ? checkpoint_->data.prefix : std::string("of rank 0"), options.start.epoch,
+          options.start.step, steps_per_epoch_);
     total_steps_ = config_.max_steps > 0
                        ? config_.max_steps
-                       : static_cast<int64_t>(std::ceil(config_.epochs * static_cast<double>(steps_per_epoch_)));
+                       : static_cast<int64_t>(
+                             std::ceil(config_.epochs * static_cast<double>(steps_per_epoch_)));
     if (total_steps_ > kMaxSteps)
       fail("--epochs {} is {} steps of {} per epoch, more than {}", config_.epochs, total_steps_,
            steps_per_epoch_, kMaxSteps);
@@ -223,7 +245,8 @@ class Run {
     options.deterministic = config_.deterministic;
     dp_ = std::make_unique<DataParallel>(pipeline_->image_shape(), local_batch_, tower_fn, options);
     if (config_.log_device_placement && chief_)
-      for (int t = 0; t < dp_->num_towers(); ++t) std::fputs(dp_->program(t).placement_log().c_str(), stderr);
+      for (int t = 0; t < dp_->num_towers(); ++t)
+        std::fputs(dp_->program(t).placement_log().c_str(), stderr);
     // One optimizer per replica: identical inputs, identical updates, identical replicas.
     for (int r = 0; r < dp_->num_replicas(); ++r) {
       params_.push_back(replica_params(*dp_, r));
@@ -244,7 +267,8 @@ class Run {
   std::vector<std::pair<std::string, Tensor*>> state_tensors(bool all_replicas) {
     std::vector<std::pair<std::string, Tensor*>> all;
     for (int r = 0; r < (all_replicas ? dp_->num_replicas() : 1); ++r) {
-      for (const std::string& name : dp_->replica(r).names()) all.push_back({name, &dp_->replica(r).get(name)});
+      for (const std::string& name : dp_->replica(r).names())
+        all.push_back({name, &dp_->replica(r).get(name)});
       for (auto& slot : optimizers_[static_cast<size_t>(r)]->slots()) all.push_back(slot);
     }
     if (ema_)
@@ -287,24 +311,53 @@ class Run {
   void print_start() {
     if (!chief_) return;
     const size_t towers = plan_.devices.size();
-    std::printf("training %s on %s: %s%zu tower%s (%s), global batch %lld, %lld steps (%lld per epoch)\n",
-                config_.model.c_str(), train_set_->name.c_str(),
-                comm_.size() > 1 ? fmt::format("{} ranks x ", comm_.size()).c_str() : "", towers,
-                towers == 1 ? "" : "s", std::string(strategy_name(config_.strategy)).c_str(),
-                static_cast<long long>(global_batch_), static_cast<long long>(total_steps_),
-                static_cast<long long>(steps_per_epoch_));
+    std::printf(
+        "training %s on %s: %s%zu tower%s (%s), global batch %lld, %lld steps (%lld per epoch)\n",
+        config_.model.c_str(), train_set_->name.c_str(),
+        comm_.size() > 1 ? fmt::format("{} ranks x ", comm_.size()).c_str() : "", towers,
+        towers == 1 ? "" : "s", std::string(strategy_name(config_.strategy)).c_str(),
+        static_cast<long long>(global_batch_), static_cast<long long>(total_steps_),
+        static_cast<long long>(steps_per_epoch_));
     std::fflush(stdout);
   }
 
+  // --trace: the first trace_steps steps of this run, one file per rank.
+  void trace_steps() {
+    if (config_.trace_file.empty()) return;
+    const int64_t done = step_ - first_step_;
+    if (done == 0 && step_ < total_steps_) {
+      trace::start();
+      trace::name_thread(fmt::format("main (rank {})", comm_.rank()));
+    } else if (trace::active() &&
+               (done == config_.trace_steps || step_ == total_steps_ || result_.interrupted)) {
+      const std::string path = comm_.rank() == 0
+                                   ? config_.trace_file
+                                   : fmt::format("{}.rank{}", config_.trace_file, comm_.rank());
+      trace::stop_and_write(path, comm_.rank());
+      if (chief_)
+        std::printf("trace of %lld steps written to %s\n", static_cast<long long>(done),
+                    path.c_str());
+    }
+  }
+
   void loop_step() {
+    trace_steps();
+    std::optional<trace::Slice> wait;
+    if (!next_) wait.emplace("input", "wait for a batch");
     Batch batch = next_ ? std::move(*next_) : pipeline_->next();
+    wait.reset();
     next_.reset();
-    StepResult out = dp_->step(batch.images, batch.labels, static_cast<uint64_t>(step_));
+    StepResult out = [&] {
+      trace::Slice slice("step", "towers: forward, backward, reduce");
+      return dp_->step(batch.images, batch.labels, static_cast<uint64_t>(step_));
+    }();
     if (!std::isfinite(out.loss))
-      fail("the loss is {} at step {}: training diverged (try a lower --lr or --clip_norm); "
-           "the last good checkpoint in {} is kept",
-           out.loss, step_, config_.train_dir);
-    if (step_ + 1 < total_steps_) {  // taken one step early: its copy to GPU towers overlaps the update
+      fail(
+          "the loss is {} at step {}: training diverged (try a lower --lr or --clip_norm); "
+          "the last good checkpoint in {} is kept",
+          out.loss, step_, config_.train_dir);
+    if (step_ + 1 <
+        total_steps_) {  // taken one step early: its copy to GPU towers overlaps the update
       next_ = pipeline_->next();
       dp_->prefetch(next_->images, next_->labels);
     }
@@ -326,9 +379,10 @@ class Run {
     float signal = static_cast<float>(g_stop_signal.load());
     comm_.allreduce_sum(&signal, 1);
     result_.interrupted = signal != 0;
-    if (chief_ && (last || result_.interrupted ||
-                   (config_.save_every_steps > 0 && step_ % config_.save_every_steps == 0) ||
-                   (config_.save_every_secs > 0 && seconds_since(last_save_) >= config_.save_every_secs))) {
+    if (chief_ &&
+        (last || result_.interrupted ||
+         (config_.save_every_steps > 0 && step_ % config_.save_every_steps == 0) ||
+         (config_.save_every_secs > 0 && seconds_since(last_save_) >= config_.save_every_secs))) {
       save();
       last_save_ = Clock::now();
     }
@@ -341,6 +395,7 @@ class Run {
 
   // The optimizer step on every replica, side by side (each gets identical bits anyway).
   float update(int64_t step) {
+    trace::Slice slice("step", "optimizer");
     const float lr = schedule_->lr(step);
     update_pool_->parallel_for(dp_->num_replicas(), [&](int64_t r) {
       auto& replica_params = params_[static_cast<size_t>(r)];
@@ -361,8 +416,10 @@ class Run {
     if (!progress_bar_ || (!last && seconds_since(last_bar_) <= 0.2)) return;
     last_bar_ = Clock::now();
     const double elapsed = seconds_since(bar_start_);
-    const double done = static_cast<double>(step_ - first_step_) / static_cast<double>(total_steps_ - first_step_);
-    const int filled = static_cast<int>(20 * static_cast<double>(step_) / static_cast<double>(total_steps_));
+    const double done =
+        static_cast<double>(step_ - first_step_) / static_cast<double>(total_steps_ - first_step_);
+    const int filled =
+        static_cast<int>(20 * static_cast<double>(step_) / static_cast<double>(total_steps_));
     std::printf("\r[%s%s] epoch %.2f  step %lld/%lld  loss %.4f  %.0f examples/s  ETA %.0f s ",
                 std::string(static_cast<size_t>(filled), '#').c_str(),
                 std::string(static_cast<size_t>(20 - filled), '.').c_str(),
@@ -376,6 +433,7 @@ class Run {
 
   // The log line, metrics.jsonl and the TensorBoard scalars and histograms.
   void log(const StepResult& out, float lr) {
+    trace::Slice slice("hooks", "log and summaries");
     const double per_batch = seconds_since(window_start_) / static_cast<double>(window_steps_);
     const double examples_per_sec = static_cast<double>(global_batch_) / per_batch;
     if (chief_ && !progress_bar_) {
@@ -384,14 +442,15 @@ class Run {
       std::fflush(stdout);
     }
     if (metrics_)
-      metrics_->append({{"step", step_},
-                        {"wall_time", seconds_since(start_)},
-                        {"epoch", static_cast<double>(step_) / static_cast<double>(steps_per_epoch_)},
-                        {"loss", out.loss},
-                        {"cross_entropy", out.metrics[0]},
-                        {"train_accuracy", out.metrics[1]},
-                        {"lr", lr},
-                        {"examples_per_sec", examples_per_sec}});
+      metrics_->append(
+          {{"step", step_},
+           {"wall_time", seconds_since(start_)},
+           {"epoch", static_cast<double>(step_) / static_cast<double>(steps_per_epoch_)},
+           {"loss", out.loss},
+           {"cross_entropy", out.metrics[0]},
+           {"train_accuracy", out.metrics[1]},
+           {"lr", lr},
+           {"examples_per_sec", examples_per_sec}});
     if (events_) {
       events_->add_scalar("total_loss", out.loss, step_);
       events_->add_scalar("cross_entropy", out.metrics[0], step_);
@@ -400,7 +459,8 @@ class Run {
       const auto& trainable = dp_->trainable();
       for (size_t v = 0; v < trainable.size(); ++v) {
         const Tensor& w = dp_->replica(0).get(trainable[v].name);
-        events_->add_histogram(trainable[v].name, w.data<float>(), static_cast<size_t>(w.numel()), step_);
+        events_->add_histogram(trainable[v].name, w.data<float>(), static_cast<size_t>(w.numel()),
+                               step_);
         const Tensor& g = dp_->gradient(0, static_cast<int>(v));
         events_->add_histogram(trainable[v].name + "/gradients", g.data<float>(),
                                static_cast<size_t>(g.numel()), step_);
@@ -414,25 +474,31 @@ class Run {
   // Precision @ 1 of the moving-average weights (or the raw ones without EMA) on the test split,
   // recorded in metrics.jsonl and TensorBoard (rank 0).
   double record_eval() {
+    trace::Slice slice("hooks", "eval");
     if (!evaluator_)
-      evaluator_ = std::make_unique<Evaluator>(config_.model, test_set_, transforms_.eval, 500, plan_.cores);
+      evaluator_ =
+          std::make_unique<Evaluator>(config_.model, test_set_, transforms_.eval, 500, plan_.cores);
     const double precision = evaluator_->evaluate([&](const std::string& name) -> const Tensor& {
       if (ema_ && ema_->has(name)) return ema_->shadow(name);
       return dp_->replica(0).get(name);
     });
-    metrics_->append({{"step", step_}, {"wall_time", seconds_since(start_)}, {"eval_precision_at_1", precision}});
+    metrics_->append({{"step", step_},
+                      {"wall_time", seconds_since(start_)},
+                      {"eval_precision_at_1", precision}});
     if (events_) events_->add_scalar("eval/precision_at_1", static_cast<float>(precision), step_);
     result_.eval_accuracy = precision;
     return precision;
   }
 
   RunIdentity identity() const {
-    return {config_.model, config_.data, config_.batch_size,
-            static_cast<int64_t>(plan_.devices.size()), comm_.size(), std::string(strategy_name(config_.strategy)),
+    return {config_.model,          config_.data,
+            config_.batch_size,     static_cast<int64_t>(plan_.devices.size()),
+            comm_.size(),           std::string(strategy_name(config_.strategy)),
             config_.optimizer.name, config_.seed};
   }
 
   void save() {
+    trace::Slice slice("hooks", "checkpoint");
     std::vector<std::pair<std::string, const Tensor*>> tensors;
     for (auto& [name, tensor] : state_tensors(false)) tensors.push_back({name, tensor});
     TrainingState state;
@@ -526,7 +592,8 @@ void validate(const TrainConfig& c) {
   check_number("--clip_norm", c.clip_norm, 0, 1e30, "a number >= 0 (0: no clipping)");
   if (!std::isfinite(c.ema_decay) || c.ema_decay < 0 || c.ema_decay >= 1)
     fail("--ema_decay must be in [0, 1) (0: no moving average), got {}", c.ema_decay);
-  input_transforms(c.augmentation, get_model(c.model).default_input, get_model(c.model).default_input);
+  input_transforms(c.augmentation, get_model(c.model).default_input,
+                   get_model(c.model).default_input);
   check_count("--num_preprocess_threads", c.num_preprocess_threads, 0, 256);
   check_count("--log_every", c.log_every, 0, kMaxSteps);
   check_count("--save_every_steps", c.save_every_steps, 0, kMaxSteps);
@@ -535,6 +602,7 @@ void validate(const TrainConfig& c) {
   check_count("--eval_every", c.eval_every, 0, kMaxSteps);
   check_number("--comm_timeout", c.comm_timeout, 1e-3, 1e9, "a number of seconds > 0");
   if (c.train_dir.empty()) fail("--train_dir must not be empty");
+  check_count("--trace_steps", c.trace_steps, 1, 1000000);
   validate(c.optimizer);
 }
 

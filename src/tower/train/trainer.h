@@ -45,10 +45,12 @@ struct TrainConfig {
   int keep_checkpoints = 5;
   int64_t eval_every = 0;  // steps; 0: only at the end
   bool final_eval = true;
-  std::string resume_from;      // a checkpoint prefix to resume from explicitly
-  bool summaries = true;        // TensorBoard event files
-  double comm_timeout = 300;    // seconds a rank waits for the others before the job stops
-  bool deterministic = true;    // bitwise-repeatable kernels only (matters on GPUs)
+  std::string resume_from;    // a checkpoint prefix to resume from explicitly
+  bool summaries = true;      // TensorBoard event files
+  double comm_timeout = 300;  // seconds a rank waits for the others before the job stops
+  bool deterministic = true;  // bitwise-repeatable kernels only (matters on GPUs)
+  std::string trace_file;     // a Chrome/Perfetto trace of the first trace_steps steps
+  int64_t trace_steps = 10;
 
   // The model's recipe, every other field at its default.
   static TrainConfig for_model(const std::string& model);
@@ -65,7 +67,7 @@ struct TrainResult {
   float last_loss = 0;
   double eval_accuracy = -1;  // precision@1 of the last evaluation, -1 if none
   double seconds = 0;
-  bool interrupted = false;   // stopped by SIGINT/SIGTERM (after a checkpoint)
+  bool interrupted = false;  // stopped by SIGINT/SIGTERM (after a checkpoint)
 };
 
 // With several ranks (mpirun), every rank calls train() with the same config: each runs its own

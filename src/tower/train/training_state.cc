@@ -14,10 +14,9 @@ namespace {
 using Json = nlohmann::json;
 
 nlohmann::ordered_json identity_json(const RunIdentity& r) {
-  return {{"model", r.model},         {"data", r.data},
-          {"batch_size", r.batch_size}, {"num_towers", r.num_towers},
-          {"ranks", r.ranks},         {"strategy", r.strategy},
-          {"optimizer", r.optimizer}, {"seed", r.seed}};
+  return {{"model", r.model},           {"data", r.data},   {"batch_size", r.batch_size},
+          {"num_towers", r.num_towers}, {"ranks", r.ranks}, {"strategy", r.strategy},
+          {"optimizer", r.optimizer},   {"seed", r.seed}};
 }
 
 // Reads the keys of one JSON object, each checked for presence, type and range; every error
@@ -40,7 +39,8 @@ class Reader {
     const Json& v = at(key, &Json::is_number_integer, "a whole number");
     if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))
       error(key, "is " + v.dump(), "a whole number that fits 64 bits");
-    if (v.get<int64_t>() < min) error(key, "is " + v.dump(), fmt::format("a whole number >= {}", min));
+    if (v.get<int64_t>() < min)
+      error(key, "is " + v.dump(), fmt::format("a whole number >= {}", min));
     return v.get<int64_t>();
   }
   std::string text(const std::string& key) const {
@@ -99,7 +99,8 @@ TrainingState training_state_from_json(const Json& json, const std::string& file
   return s;
 }
 
-std::optional<IdentityDifference> first_difference(const RunIdentity& saved, const RunIdentity& now) {
+std::optional<IdentityDifference> first_difference(const RunIdentity& saved,
+                                                   const RunIdentity& now) {
   const nlohmann::ordered_json a = identity_json(saved), b = identity_json(now);
   for (const auto& [key, value] : a.items())
     if (b.at(key) != value) return IdentityDifference{key, value.dump(), b.at(key).dump()};
@@ -150,7 +151,8 @@ std::string older_checkpoint_hint(const std::string& dir, int64_t before_step,
     const std::string prefix = checkpoint_prefix(dir, *it);
     try {
       load_training_checkpoint(prefix);
-      return fmt::format("the checkpoint before it, {}, is usable: pass {} {}", prefix, flag, prefix);
+      return fmt::format("the checkpoint before it, {}, is usable: pass {} {}", prefix, flag,
+                         prefix);
     } catch (const Error&) {
     }
   }
@@ -161,15 +163,16 @@ std::optional<TrainingCheckpoint> find_resume_checkpoint(const std::string& dir)
   const std::vector<int64_t> steps = checkpoint_list(dir);
   // The index is written after the state file, so an index naming a checkpoint without one means
   // that files were deleted: starting over would overwrite what is left.
-  if (auto named = indexed_prefix(dir);
-      named && !std::filesystem::exists(*named + ".json") && std::filesystem::exists(*named + ".safetensors"))
-    fail("'{}/checkpoint' names {}, but its state file {}.json is missing (deleted?); {}, or use "
-         "another --train_dir",
-         dir, *named, *named,
-         steps.empty() ? std::string("no checkpoint of this dir is complete")
-                       : fmt::format("pass --resume_from {} to resume from the latest complete "
-                                     "checkpoint",
-                                     checkpoint_prefix(dir, steps.back())));
+  if (auto named = indexed_prefix(dir); named && !std::filesystem::exists(*named + ".json") &&
+                                        std::filesystem::exists(*named + ".safetensors"))
+    fail(
+        "'{}/checkpoint' names {}, but its state file {}.json is missing (deleted?); {}, or use "
+        "another --train_dir",
+        dir, *named, *named,
+        steps.empty() ? std::string("no checkpoint of this dir is complete")
+                      : fmt::format("pass --resume_from {} to resume from the latest complete "
+                                    "checkpoint",
+                                    checkpoint_prefix(dir, steps.back())));
   for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
     const std::string prefix = checkpoint_prefix(dir, *it);
     CheckpointData data;
@@ -187,14 +190,15 @@ std::optional<TrainingCheckpoint> find_resume_checkpoint(const std::string& dir)
       fail("{}\n{}", e.what(), older_checkpoint_hint(dir, *it, "--resume_from"));
     }
     if (it != steps.rbegin())
-      std::fprintf(stderr, "%swarning: resuming from the older checkpoint %s\n", log_prefix().c_str(),
-                   prefix.c_str());
+      std::fprintf(stderr, "%swarning: resuming from the older checkpoint %s\n",
+                   log_prefix().c_str(), prefix.c_str());
     return c;
   }
   if (!steps.empty())
-    fail("none of the {} checkpoints in '{}' is usable (see the warnings above); move them away or "
-         "use another --train_dir",
-         steps.size(), dir);
+    fail(
+        "none of the {} checkpoints in '{}' is usable (see the warnings above); move them away or "
+        "use another --train_dir",
+        steps.size(), dir);
   return std::nullopt;
 }
 

@@ -4,11 +4,10 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "tower/io/checkpoint.h"
 
@@ -29,9 +28,9 @@ struct TrainingState {
   int64_t step = 0;                   // updates done
   int64_t epoch = 0, epoch_step = 0;  // the input pipeline's position: the next batch to train on
   RunIdentity run;
-  std::vector<std::string> devices;   // of rank 0, for information
-  bool ema = false;                   // the tensors include "<var>/ExponentialMovingAverage"
-  std::string augmentation;           // empty in checkpoints of older versions
+  std::vector<std::string> devices;  // of rank 0, for information
+  bool ema = false;                  // the tensors include "<var>/ExponentialMovingAverage"
+  std::string augmentation;          // empty in checkpoints of older versions
 };
 
 nlohmann::json training_state_to_json(const TrainingState& state);
@@ -45,7 +44,8 @@ TrainingState training_state_from_json(const nlohmann::json& json, const std::st
 struct IdentityDifference {
   std::string key, saved, now;
 };
-std::optional<IdentityDifference> first_difference(const RunIdentity& saved, const RunIdentity& now);
+std::optional<IdentityDifference> first_difference(const RunIdentity& saved,
+                                                   const RunIdentity& now);
 
 // A checkpoint of a training run: its tensors and its validated state.
 struct TrainingCheckpoint {

@@ -5,12 +5,13 @@
 // compiled for AVX-512, AVX2 and the baseline, the CPU picking one at load time.
 //   d[c] = bias + alpha * sum_{|c'-c| <= r} x[c']^2,   y[c] = x[c] * d[c]^-beta
 //   dx[c] = dy[c] d[c]^-beta - 2 alpha beta x[c] sum_{|c'-c| <= r} dy[c'] x[c'] d[c']^(-beta-1)
+#include "tower/ops/lrn.h"
+
 #include <omp.h>
 
 #include <cmath>
 
 #include "tower/kernels/kernel.h"
-#include "tower/ops/lrn.h"
 
 namespace tower::cpu {
 namespace {
@@ -37,7 +38,8 @@ TOWER_ALWAYS_INLINE float pow_neg(float d, float beta) {
 
 // out[c] = sum over c' in [c-r, c+r] (clipped to [0, C)) of in[c'], plane by plane, as a running
 // sum along the channels.
-TOWER_ALWAYS_INLINE void window_sum(const float* in, int64_t channels, int64_t plane, int64_t r, float* out) {
+TOWER_ALWAYS_INLINE void window_sum(const float* in, int64_t channels, int64_t plane, int64_t r,
+                                    float* out) {
   for (int64_t i = 0; i < plane; ++i) out[i] = 0.0f;
   for (int64_t c = 0; c <= std::min(r, channels - 1); ++c)
     for (int64_t i = 0; i < plane; ++i) out[i] += in[c * plane + i];
@@ -46,13 +48,14 @@ TOWER_ALWAYS_INLINE void window_sum(const float* in, int64_t channels, int64_t p
     const float* prev = o - plane;
     const float* add = c + r < channels ? in + (c + r) * plane : nullptr;
     const float* sub = c - r - 1 >= 0 ? in + (c - r - 1) * plane : nullptr;
-    for (int64_t i = 0; i < plane; ++i) o[i] = prev[i] + (add ? add[i] : 0.0f) - (sub ? sub[i] : 0.0f);
+    for (int64_t i = 0; i < plane; ++i)
+      o[i] = prev[i] + (add ? add[i] : 0.0f) - (sub ? sub[i] : 0.0f);
   }
 }
 
 // Fills d (C planes of `plane` floats) with bias + alpha * window sum of src over channels.
 TOWER_ALWAYS_INLINE void window_denominator(const float* x, int64_t channels, int64_t plane,
-                                           const ops::LRNAttrs& a, float* sq, float* d) {
+                                            const ops::LRNAttrs& a, float* sq, float* d) {
   for (int64_t i = 0; i < channels * plane; ++i) sq[i] = x[i] * x[i];
   window_sum(sq, channels, plane, a.depth_radius, d);
   for (int64_t i = 0; i < channels * plane; ++i) d[i] = a.bias + a.alpha * d[i];
@@ -60,8 +63,9 @@ TOWER_ALWAYS_INLINE void window_denominator(const float* x, int64_t channels, in
 
 // One image: y = LRN(x), or (dy given) dx. `sq`, `d` and `t` are scratch of one image each.
 template <bool kBackward, Exponent kExponent>
-TOWER_ALWAYS_INLINE void lrn_image_body(const float* x, const float* dy, float* out, float* sq, float* d, float* t,
-                                        int64_t channels, int64_t plane, const ops::LRNAttrs& a) {
+TOWER_ALWAYS_INLINE void lrn_image_body(const float* x, const float* dy, float* out, float* sq,
+                                        float* d, float* t, int64_t channels, int64_t plane,
+                                        const ops::LRNAttrs& a) {
   const int64_t image = channels * plane;
   window_denominator(x, channels, plane, a, sq, d);
   if constexpr (!kBackward) {
@@ -78,10 +82,11 @@ TOWER_ALWAYS_INLINE void lrn_image_body(const float* x, const float* dy, float* 
   }
 }
 
-[[gnu::target_clones("avx512f", "avx2", "default")]] void lrn_image(const float* x, const float* dy, float* out,
-                                                                     float* sq, float* d, float* t,
-                                                                     int64_t channels, int64_t plane,
-                                                                     const ops::LRNAttrs& a) {
+[[gnu::target_clones("avx512f", "avx2", "default")]] void lrn_image(const float* x, const float* dy,
+                                                                    float* out, float* sq, float* d,
+                                                                    float* t, int64_t channels,
+                                                                    int64_t plane,
+                                                                    const ops::LRNAttrs& a) {
   auto run = [&]<Exponent kExponent>() {
     if (dy == nullptr)
       lrn_image_body<false, kExponent>(x, dy, out, sq, d, t, channels, plane, a);
@@ -107,7 +112,9 @@ class LRNKernel : public Kernel {
     per_thread_ = aligned_floats(static_cast<size_t>(channels_ * plane_)) * (backward ? 3 : 2);
     threads_ = std::max(num_threads, 1);
   }
-  size_t scratch_bytes() const override { return per_thread_ * sizeof(float) * static_cast<size_t>(threads_); }
+  size_t scratch_bytes() const override {
+    return per_thread_ * sizeof(float) * static_cast<size_t>(threads_);
+  }
 
   void run(const KernelIO& io) override {
     const float* x = io.inputs[0].data<float>();
@@ -120,8 +127,8 @@ class LRNKernel : public Kernel {
       float* sq = scratch + per_thread_ * static_cast<size_t>(omp_get_thread_num());
       float* d = sq + aligned_floats(static_cast<size_t>(image));
       float* t = backward_ ? d + aligned_floats(static_cast<size_t>(image)) : nullptr;
-      lrn_image(x + n * image, backward_ ? dy + n * image : nullptr, out + n * image, sq, d, t, channels_, plane_,
-                attrs_);
+      lrn_image(x + n * image, backward_ ? dy + n * image : nullptr, out + n * image, sq, d, t,
+                channels_, plane_, attrs_);
     }
   }
 
@@ -133,15 +140,17 @@ class LRNKernel : public Kernel {
   int threads_ = 1;
 };
 
-KernelRegistrar lrn_kernel{"LRN", DeviceKind::cpu,
-                           [](const Node& node, const KernelContext& context) -> std::unique_ptr<Kernel> {
-                             return std::make_unique<LRNKernel>(node, context.num_threads, false);
-                           }};
+KernelRegistrar lrn_kernel{
+    "LRN", DeviceKind::cpu,
+    [](const Node& node, const KernelContext& context) -> std::unique_ptr<Kernel> {
+      return std::make_unique<LRNKernel>(node, context.num_threads, false);
+    }};
 // inputs (x, dy) -> dx
-KernelRegistrar lrn_grad_kernel{"LRNGrad", DeviceKind::cpu,
-                                [](const Node& node, const KernelContext& context) -> std::unique_ptr<Kernel> {
-                                  return std::make_unique<LRNKernel>(node, context.num_threads, true);
-                                }};
+KernelRegistrar lrn_grad_kernel{
+    "LRNGrad", DeviceKind::cpu,
+    [](const Node& node, const KernelContext& context) -> std::unique_ptr<Kernel> {
+      return std::make_unique<LRNKernel>(node, context.num_threads, true);
+    }};
 
 }  // namespace
 }  // namespace tower::cpu

@@ -3,10 +3,11 @@
 //
 // cuBLAS adds about 200 MB of resident memory to any process that loads it, so it is opened on
 // the first GPU matmul instead of at start-up: CPU-only runs of a CUDA build do not pay for it.
+#include "tower/ops/matmul.h"
+
 #include <dlfcn.h>
 
 #include "tower/kernels/cuda/cuda_util.h"
-#include "tower/ops/matmul.h"
 
 namespace tower::cuda {
 namespace {
@@ -34,9 +35,11 @@ struct Cublas {
     const std::string name = fmt::format("libcublas.so.{}", CUBLAS_VER_MAJOR);
     void* lib = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (lib == nullptr) fail("cannot open {} for GPU matmuls: {}", name, dlerror());
-    return {symbol<decltype(create)>(lib, "cublasCreate_v2"), symbol<decltype(destroy)>(lib, "cublasDestroy_v2"),
+    return {symbol<decltype(create)>(lib, "cublasCreate_v2"),
+            symbol<decltype(destroy)>(lib, "cublasDestroy_v2"),
             symbol<decltype(set_stream)>(lib, "cublasSetStream_v2"),
-            symbol<decltype(set_math_mode)>(lib, "cublasSetMathMode"), symbol<decltype(sgemm)>(lib, "cublasSgemm_v2")};
+            symbol<decltype(set_math_mode)>(lib, "cublasSetMathMode"),
+            symbol<decltype(sgemm)>(lib, "cublasSgemm_v2")};
   }
 };
 
@@ -72,8 +75,9 @@ class MatMulKernel : public Kernel {
       return;
     }
     const float one = 1.0f, zero = 0.0f;
-    TOWER_CUDA_CHECK(cublas_.sgemm(handle_.get(), tb_ ? CUBLAS_OP_T : CUBLAS_OP_N, ta_ ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                   n_, m_, k_, &one, io.inputs[1].data<float>(), tb_ ? k_ : n_,
+    TOWER_CUDA_CHECK(cublas_.sgemm(handle_.get(), tb_ ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                   ta_ ? CUBLAS_OP_T : CUBLAS_OP_N, n_, m_, k_, &one,
+                                   io.inputs[1].data<float>(), tb_ ? k_ : n_,
                                    io.inputs[0].data<float>(), ta_ ? m_ : k_, &zero, y, n_));
   }
 
@@ -85,9 +89,10 @@ class MatMulKernel : public Kernel {
   int m_ = 0, n_ = 0, k_ = 0;
 };
 
-KernelRegistrar matmul{"MatMul", DeviceKind::cuda, [](const Node& node, const KernelContext& context) {
-  return std::unique_ptr<Kernel>(std::make_unique<MatMulKernel>(node, context));
-}};
+KernelRegistrar matmul{
+    "MatMul", DeviceKind::cuda, [](const Node& node, const KernelContext& context) {
+      return std::unique_ptr<Kernel>(std::make_unique<MatMulKernel>(node, context));
+    }};
 
 }  // namespace
 }  // namespace tower::cuda

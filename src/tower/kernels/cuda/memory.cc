@@ -15,11 +15,13 @@ void check(cudaError_t status, const char* call) {
   if (status != cudaSuccess) fail("CUDA error in {}: {}", call, cudaGetErrorString(status));
 }
 void check(cudnnStatus_t status, const char* call) {
-  if (status != CUDNN_STATUS_SUCCESS) fail("cuDNN error in {}: {}", call, cudnnGetErrorString(status));
+  if (status != CUDNN_STATUS_SUCCESS)
+    fail("cuDNN error in {}: {}", call, cudnnGetErrorString(status));
 }
 void check(cublasStatus_t status, const char* call) {
   // (cuBLAS is opened on demand, see matmul.cc: its status text is not at hand here.)
-  if (status != CUBLAS_STATUS_SUCCESS) fail("cuBLAS error in {}: status {}", call, static_cast<int>(status));
+  if (status != CUBLAS_STATUS_SUCCESS)
+    fail("cuBLAS error in {}: status {}", call, static_cast<int>(status));
 }
 
 void use_device(const Device& device) {
@@ -29,7 +31,9 @@ void use_device(const Device& device) {
 int device_of(const void* ptr) {
   cudaPointerAttributes attributes{};
   TOWER_CUDA_CHECK(cudaPointerGetAttributes(&attributes, ptr));
-  return attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged ? attributes.device : -1;
+  return attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged
+             ? attributes.device
+             : -1;
 }
 
 namespace {
@@ -64,7 +68,8 @@ class CachingAllocator {
     cudaSetDevice(previous);
     if (status != cudaSuccess) {
       (void)cudaGetLastError();
-      fail("out of memory on cuda:{}: could not allocate {} bytes ({})", index, bytes, cudaGetErrorString(status));
+      fail("out of memory on cuda:{}: could not allocate {} bytes ({})", index, bytes,
+           cudaGetErrorString(status));
     }
     return ptr;
   }
@@ -97,39 +102,46 @@ CachingAllocator& caching_allocator() {
 const bool registered = [] {
   register_device_ops(
       DeviceKind::cuda,
-      {.allocate = [](int index, size_t bytes) { return caching_allocator().allocate(index, bytes); },
-       .deallocate = [](int index, void* ptr, size_t bytes) { caching_allocator().deallocate(index, ptr, bytes); },
+      {.allocate = [](int index,
+                      size_t bytes) { return caching_allocator().allocate(index, bytes); },
+       .deallocate = [](int index, void* ptr,
+                        size_t bytes) { caching_allocator().deallocate(index, ptr, bytes); },
        // Copies and fills run on the default stream of the GPU that holds the memory (whichever
        // GPU the calling thread has current) and complete before returning: the towers' streams
        // do not wait for the default stream, so nothing may still be in flight when a kernel
        // reads the buffer.
-       .copy = [](void* dst, const void* src, size_t bytes) {
-         const int dst_device = device_of(dst);
-         DeviceGuard guard(dst_device >= 0 ? dst_device : device_of(src));
-         TOWER_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, nullptr));
-         TOWER_CUDA_CHECK(cudaStreamSynchronize(nullptr));
-       },
-       .zero = [](void* ptr, size_t bytes) {
-         DeviceGuard guard(device_of(ptr));
-         TOWER_CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes, nullptr));
-         TOWER_CUDA_CHECK(cudaStreamSynchronize(nullptr));
-       },
+       .copy =
+           [](void* dst, const void* src, size_t bytes) {
+             const int dst_device = device_of(dst);
+             DeviceGuard guard(dst_device >= 0 ? dst_device : device_of(src));
+             TOWER_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, nullptr));
+             TOWER_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+           },
+       .zero =
+           [](void* ptr, size_t bytes) {
+             DeviceGuard guard(device_of(ptr));
+             TOWER_CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes, nullptr));
+             TOWER_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+           },
        .create_stream = [](int index) -> void* {
          DeviceGuard guard(index);
          cudaStream_t stream = nullptr;
          TOWER_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
          return stream;
        },
-       .destroy_stream = [](void* stream) {  // called from destructors: throws nothing
-         int previous = 0, device = -1;
-         cudaGetDevice(&previous);
-         if (cudaStreamGetDevice(static_cast<cudaStream_t>(stream), &device) == cudaSuccess) cudaSetDevice(device);
-         cudaStreamDestroy(static_cast<cudaStream_t>(stream));
-         cudaSetDevice(previous);
-       },
-       .synchronize = [](void* stream) {
-         TOWER_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
-       },
+       .destroy_stream =
+           [](void* stream) {  // called from destructors: throws nothing
+             int previous = 0, device = -1;
+             cudaGetDevice(&previous);
+             if (cudaStreamGetDevice(static_cast<cudaStream_t>(stream), &device) == cudaSuccess)
+               cudaSetDevice(device);
+             cudaStreamDestroy(static_cast<cudaStream_t>(stream));
+             cudaSetDevice(previous);
+           },
+       .synchronize =
+           [](void* stream) {
+             TOWER_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
+           },
        .make_current = [](int index) { TOWER_CUDA_CHECK(cudaSetDevice(index)); },
        .host_alloc = [](size_t bytes) -> void* {
          void* ptr = nullptr;
@@ -137,9 +149,11 @@ const bool registered = [] {
          return ptr;
        },
        .host_free = [](void* ptr) { cudaFreeHost(ptr); },
-       .copy_async = [](void* dst, const void* src, size_t bytes, void* stream) {
-         TOWER_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, static_cast<cudaStream_t>(stream)));
-       }});
+       .copy_async =
+           [](void* dst, const void* src, size_t bytes, void* stream) {
+             TOWER_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault,
+                                              static_cast<cudaStream_t>(stream)));
+           }});
   return true;
 }();
 

@@ -26,7 +26,8 @@ class MpiCommunicator : public Communicator {
     // The watchdog may call MPI_Abort while another thread is inside a collective.
     check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
     if (provided < MPI_THREAD_SERIALIZED)
-      fail("the MPI library offers thread level {} but tower needs at least MPI_THREAD_SERIALIZED", provided);
+      fail("the MPI library offers thread level {} but tower needs at least MPI_THREAD_SERIALIZED",
+           provided);
     check(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "MPI_Comm_dup");
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     MPI_Comm_rank(comm_, &rank_);
@@ -68,13 +69,14 @@ class MpiCommunicator : public Communicator {
   std::vector<std::string> allgather(const std::string& mine) override {
     std::vector<int> sizes(static_cast<size_t>(size_));
     int my_size = static_cast<int>(mine.size());
-    guarded("an all-gather", [&] { return MPI_Allgather(&my_size, 1, MPI_INT, sizes.data(), 1, MPI_INT, comm_); });
+    guarded("an all-gather",
+            [&] { return MPI_Allgather(&my_size, 1, MPI_INT, sizes.data(), 1, MPI_INT, comm_); });
     std::vector<int> offsets(sizes.size(), 0);
     for (size_t r = 1; r < sizes.size(); ++r) offsets[r] = offsets[r - 1] + sizes[r - 1];
     std::string all(static_cast<size_t>(offsets.back() + sizes.back()), '\0');
     guarded("an all-gather", [&] {
-      return MPI_Allgatherv(mine.data(), my_size, MPI_CHAR, all.data(), sizes.data(), offsets.data(),
-                            MPI_CHAR, comm_);
+      return MPI_Allgatherv(mine.data(), my_size, MPI_CHAR, all.data(), sizes.data(),
+                            offsets.data(), MPI_CHAR, comm_);
     });
     std::vector<std::string> out;
     for (size_t r = 0; r < sizes.size(); ++r)
@@ -113,7 +115,8 @@ class MpiCommunicator : public Communicator {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       what_ = what;
-      deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout()));
+      deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                     std::chrono::duration<double>(timeout()));
       armed_ = true;
     }
     cv_.notify_all();
@@ -133,7 +136,8 @@ class MpiCommunicator : public Communicator {
         continue;
       }
       const auto deadline = deadline_;
-      if (cv_.wait_until(lock, deadline, [&] { return stopping_ || !armed_ || deadline_ != deadline; }))
+      if (cv_.wait_until(lock, deadline,
+                         [&] { return stopping_ || !armed_ || deadline_ != deadline; }))
         continue;
       std::fprintf(stderr,
                    "tower[rank %d]: error: rank %d waited %.0f s in %s for the other ranks, which "

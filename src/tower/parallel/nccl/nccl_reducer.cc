@@ -53,8 +53,8 @@ struct NcclGroup {
 
 class NcclReducer : public GradientReducer {
  public:
-  NcclReducer(std::vector<std::vector<Tensor>> grads, std::vector<float> weights, std::vector<void*> streams,
-              size_t bucket_bytes, Communicator* comm)
+  NcclReducer(std::vector<std::vector<Tensor>> grads, std::vector<float> weights,
+              std::vector<void*> streams, size_t bucket_bytes, Communicator* comm)
       : grads_(std::move(grads)), weights_(std::move(weights)) {
     const size_t towers = grads_.size();
     TOWER_CHECK(towers > 0 && !grads_[0].empty() && streams.size() == towers);
@@ -89,15 +89,18 @@ class NcclReducer : public GradientReducer {
       TOWER_CUDA_CHECK(cudaEventCreateWithFlags(&tw.produced, cudaEventDisableTiming));
       tw.flat = Tensor(Shape{total_}, DType::f32, grads_[t][0].device());
       // Page-locked, so that the copies of the sums do not hold the tower threads.
-      tw.host = static_cast<float*>(device_ops(DeviceKind::cuda).host_alloc(static_cast<size_t>(total_) * sizeof(float)));
+      tw.host = static_cast<float*>(
+          device_ops(DeviceKind::cuda).host_alloc(static_cast<size_t>(total_) * sizeof(float)));
       for (size_t v = 0; v < grads_[t].size(); ++v)
-        tw.results.push_back(Tensor::wrap(tw.host + offset_of_[v], grads_[t][v].shape(), DType::f32));
+        tw.results.push_back(
+            Tensor::wrap(tw.host + offset_of_[v], grads_[t][v].shape(), DType::f32));
     }
     NcclGroup group;
     for (size_t t = 0; t < towers; ++t) {
       Tower& tw = towers_[t];
       DeviceGuard guard(tw.device);
-      TOWER_NCCL_CHECK(ncclCommInitRank(&tw.nccl, world, id, rank * static_cast<int>(towers) + static_cast<int>(t)));
+      TOWER_NCCL_CHECK(ncclCommInitRank(&tw.nccl, world, id,
+                                        rank * static_cast<int>(towers) + static_cast<int>(t)));
     }
   }
 
@@ -153,7 +156,8 @@ class NcclReducer : public GradientReducer {
       TOWER_CUDA_CHECK(cudaStreamSynchronize(tw.stream));
     }
     std::lock_guard<std::mutex> lock(mutex_);
-    if (next_ != buckets_.size() && !aborted_) fail("a tower stopped before all its gradients were reduced");
+    if (next_ != buckets_.size() && !aborted_)
+      fail("a tower stopped before all its gradients were reduced");
     trace_.finish_wait_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   }
 
@@ -174,9 +178,9 @@ class NcclReducer : public GradientReducer {
   };
   struct Tower {
     int device = 0;
-    cudaStream_t compute = nullptr;   // the tower program's stream (not ours)
-    cudaStream_t stream = nullptr;    // communication
-    cudaEvent_t produced = nullptr;   // a gradient's kernel, recorded on compute
+    cudaStream_t compute = nullptr;  // the tower program's stream (not ours)
+    cudaStream_t stream = nullptr;   // communication
+    cudaEvent_t produced = nullptr;  // a gradient's kernel, recorded on compute
     ncclComm_t nccl = nullptr;
     Tensor flat;                  // device, bucket order
     float* host = nullptr;        // page-locked: the reduced gradients for the host optimizer
@@ -195,15 +199,15 @@ class NcclReducer : public GradientReducer {
         NcclGroup group;  // NCCL sets each communicator's device itself
         for (Tower& tw : towers_) {
           float* data = tw.flat.data<float>() + b.offset;
-          TOWER_NCCL_CHECK(
-              ncclAllReduce(data, data, static_cast<size_t>(b.numel), ncclFloat, ncclSum, tw.nccl, tw.stream));
+          TOWER_NCCL_CHECK(ncclAllReduce(data, data, static_cast<size_t>(b.numel), ncclFloat,
+                                         ncclSum, tw.nccl, tw.stream));
         }
       }
       for (Tower& tw : towers_) {
         DeviceGuard guard(tw.device);
         TOWER_CUDA_CHECK(cudaMemcpyAsync(tw.host + b.offset, tw.flat.data<float>() + b.offset,
-                                         static_cast<size_t>(b.numel) * sizeof(float), cudaMemcpyDeviceToHost,
-                                         tw.stream));
+                                         static_cast<size_t>(b.numel) * sizeof(float),
+                                         cudaMemcpyDeviceToHost, tw.stream));
       }
       ++next_;
     }
@@ -226,10 +230,11 @@ class NcclReducer : public GradientReducer {
 }  // namespace
 
 std::unique_ptr<GradientReducer> make_nccl_reducer(std::vector<std::vector<Tensor>> grads,
-                                                   std::vector<float> weights, std::vector<void*> streams,
-                                                   size_t bucket_bytes, Communicator* comm) {
-  return std::make_unique<NcclReducer>(std::move(grads), std::move(weights), std::move(streams), bucket_bytes,
-                                       comm);
+                                                   std::vector<float> weights,
+                                                   std::vector<void*> streams, size_t bucket_bytes,
+                                                   Communicator* comm) {
+  return std::make_unique<NcclReducer>(std::move(grads), std::move(weights), std::move(streams),
+                                       bucket_bytes, comm);
 }
 
 }  // namespace tower

@@ -1,0 +1,94 @@
+// `tower train --trace FILE`: the trace-event JSON has a lane per thread with the expected slices,
+// and Perfetto's trace processor reads it the same way (where it can be had).
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "io/python_env.h"
+#include "testing/subprocess.h"
+#include "testing/tmp_dir.h"
+
+namespace tower {
+namespace {
+
+using testing::run_tower;
+using testing::TmpDir;
+
+class TraceTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TmpDir();
+    auto data = run_tower("make-dataset --format cifar10 --out " + (*dir_ / "data") +
+                          " --num_train 500 --num_test 100 --seed 4");
+    ASSERT_EQ(data.exit_code, 0) << data.output;
+    auto r = run_tower("train --model cifar10 --data cifar10:" + (*dir_ / "data") +
+                       " --num_devices 2 --batch_size 8 --max_steps 5 --num_preprocess_threads 2"
+                       " --trace " +
+                       trace() + " --trace_steps 3 --train_dir " + (*dir_ / "run"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    output_ = new std::string(r.output);
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    delete output_;
+  }
+  static std::string trace() { return *dir_ / "trace.json"; }
+  static TmpDir* dir_;
+  static std::string* output_;
+};
+TmpDir* TraceTest::dir_ = nullptr;
+std::string* TraceTest::output_ = nullptr;
+
+TEST_F(TraceTest, EveryThreadHasItsLaneWithTheSlicesOfThreeSteps) {
+  EXPECT_NE(output_->find("trace of 3 steps written to " + trace()), std::string::npos) << *output_;
+  std::ifstream in(trace());
+  const nlohmann::json json = nlohmann::json::parse(in);
+  std::map<int, std::string> lane;
+  for (const auto& e : json.at("traceEvents"))
+    if (e.at("ph") == "M" && e.at("name") == "thread_name")
+      lane[e.at("tid").get<int>()] = e.at("args").at("name").get<std::string>();
+  std::map<std::string, std::map<std::string, int>> slices;  // lane -> slice name -> count
+  for (const auto& e : json.at("traceEvents")) {
+    if (e.at("ph") != "X") continue;
+    ASSERT_TRUE(lane.count(e.at("tid").get<int>())) << "a slice on an unnamed lane: " << e.dump();
+    EXPECT_GE(e.at("dur").get<double>(), 0);
+    ++slices[lane.at(e.at("tid").get<int>())][e.at("name").get<std::string>()];
+  }
+  for (const std::string name :
+       {"main (rank 0)", "tower 0 (cpu:0)", "tower 1 (cpu:1)", "reduce 0", "reduce 1"})
+    EXPECT_TRUE(slices.count(name)) << "no lane '" << name << "'";
+  EXPECT_EQ(slices["main (rank 0)"]["optimizer"], 3);
+  EXPECT_EQ(slices["main (rank 0)"]["towers: forward, backward, reduce"], 3);
+  // cifar10: 2 convolutions forward, 2 filter gradients and 1 input gradient per step and tower.
+  for (const std::string tower : {"tower 0 (cpu:0)", "tower 1 (cpu:1)"}) {
+    EXPECT_EQ(slices[tower]["Conv2D"], 6) << tower;
+    EXPECT_EQ(slices[tower]["Conv2DBackpropFilter"], 6) << tower;
+    EXPECT_EQ(slices[tower]["Conv2DBackpropInput"], 3) << tower;
+  }
+  EXPECT_EQ(slices["tower 0 (cpu:0)"].size(), slices["tower 1 (cpu:1)"].size());
+  // One bucket (the model's 4.3 MB of gradients fit in the default 25 MB): one slice per step.
+  EXPECT_EQ(slices["reduce 0"]["reduce bucket"], 3);
+  EXPECT_EQ(slices["reduce 1"]["reduce bucket"], 3);
+  // The workers run up to 4 batches ahead: at least the batch that the first step's frees a place
+  // for is made while the trace records, by whichever worker is free.
+  EXPECT_GE(slices["input worker 0"]["batch"] + slices["input worker 1"]["batch"], 1);
+}
+
+TEST_F(TraceTest, PerfettoTraceProcessorReadsTheSameLanes) {
+  std::string why;
+  auto python = testing::python_with("perfetto", &why);
+  if (!python) GTEST_SKIP() << why;
+  auto r = testing::run_python(*python, "perfetto_check.py " + trace(), dir_->path());
+  if (r.exit_code == 3) GTEST_SKIP() << r.output;
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json lanes = nlohmann::json::parse(r.output).at("lanes");
+  EXPECT_GT(lanes.value("tower 0 (cpu:0)", 0), 15);
+  EXPECT_EQ(lanes.value("tower 0 (cpu:0)", 0), lanes.value("tower 1 (cpu:1)", 0));
+  EXPECT_GE(lanes.value("main (rank 0)", 0), 6);
+  EXPECT_EQ(lanes.value("reduce 0", 0), 3);
+}
+
+}  // namespace
+}  // namespace tower

@@ -20,7 +20,8 @@ namespace tower::cli {
 namespace {
 
 struct Flags {
-  std::string model = "cifar10", mode = "train", strategy = "allreduce", devices;
+  std::string model = "cifar10", mode = "train", strategy = "allreduce", devices,
+              precision = "fp32";
   int64_t batch_size = 128;
   int threads = 0, num_devices = 1, steps = 10, windows = 5;
   double bucket_mb = 25;
@@ -161,6 +162,7 @@ void run_bench(const Flags& flags) {
     options.seed = 1;
     options.comm = &comm;
     options.deterministic = flags.deterministic;
+    options.precision = parse_precision(flags.precision);
     options.bucket_bytes = static_cast<size_t>(flags.bucket_mb * (1 << 20));
     DataParallel dp(
         model.default_input, local_batch,
@@ -218,7 +220,9 @@ void run_bench(const Flags& flags) {
     const Device device = plan.devices[0];
     VariableStore device_vars(device);
     device_vars.copy_from(vars);
-    Program program(graph, {out.logits}, device_vars, {device, cores});
+    ProgramOptions program_options{device, cores};
+    program_options.precision = parse_precision(flags.precision);
+    Program program(graph, {out.logits}, device_vars, program_options);
     program.input(x).copy_from(images);
     seconds = median_seconds_per_step(flags, [&] { program.run(); });
     if (flags.profile) print_profile(flags, program, [&] { program.run(); });
@@ -230,6 +234,7 @@ void run_bench(const Flags& flags) {
                          {"mode", flags.mode},
                          {"batch_size", flags.batch_size},
                          {"threads", cores},
+                         {"precision", flags.precision},
                          {"num_devices", flags.num_devices},
                          {"devices", flags.devices.empty() ? "cpu" : flags.devices},
                          {"images_per_sec", static_cast<double>(flags.batch_size) / seconds},
@@ -260,6 +265,8 @@ CommandRegistrar registrar{
            ->check(positive);
        app.add_option("--devices", flags.devices,
                       "Devices instead of CPU towers, e.g. cuda:0 or cuda:0,cuda:1");
+       app.add_option("--precision", flags.precision, "fp32 | bf16 (as tower train)")
+           ->capture_default_str();
        app.add_option("--strategy", flags.strategy, "allreduce | central")->capture_default_str();
        app.add_flag("--profile", flags.profile,
                     "Then time every kernel: a table of ms per op type on stderr");

@@ -21,6 +21,7 @@ struct Flags {
   EvalConfig config;
   std::string eval_dir;
   bool no_ema = false, run_once = false;
+  std::string precision = "fp32";
   double interval = 60;
 };
 
@@ -42,6 +43,7 @@ void record(const EvalResult& r, const std::string& eval_dir) {
 void run_eval(Flags& flags) {
   EvalConfig config = flags.config;
   config.use_ema = !flags.no_ema;
+  config.precision = parse_precision(flags.precision);
   // A named checkpoint is evaluated once; a train dir is watched unless --run_once.
   const bool once = flags.run_once || !config.checkpoint.empty();
   int64_t last_step = -1;
@@ -75,6 +77,8 @@ CommandRegistrar registrar{
        app.add_option(
            "--eval_dir", flags.eval_dir,
            "Where to write events and metrics.jsonl (default: eval/ beside the checkpoint)");
+       app.add_option("--precision", flags.precision, "fp32 | bf16 (as tower train)")
+           ->capture_default_str();
        app.add_flag("--no_ema", flags.no_ema,
                     "Use the raw weights instead of their moving average");
        app.add_flag("--run_once", flags.run_once, "Evaluate once and exit");

@@ -11,7 +11,7 @@ namespace {
 
 struct Flags {
   TrainConfig config;
-  std::string devices, strategy = "allreduce";
+  std::string devices, strategy = "allreduce", precision = "fp32";
   int num_gpus = 0;
   CLI::App* app = nullptr;
 };
@@ -54,6 +54,7 @@ void run_train(Flags& flags) {
     for (int i = 0; i < flags.num_gpus; ++i) config.devices.push_back({DeviceKind::cuda, i});
   }
   config.strategy = parse_strategy(flags.strategy);
+  config.precision = parse_precision(flags.precision);
   TrainResult result = train(config);
   if (world().rank() != 0) return;
   fmt::print("done: {} steps in {:.1f} s", result.steps, result.seconds);
@@ -85,6 +86,10 @@ CommandRegistrar registrar{
            ->capture_default_str();
        app.add_flag("--log_device_placement", c.log_device_placement,
                     "Print where every node runs");
+       app.add_option("--precision", flags.precision,
+                      "fp32 | bf16 (convolutions and matmuls multiply bf16 copies; weights, "
+                      "optimizer, loss and checkpoints stay f32)")
+           ->capture_default_str();
        app.add_option("--strategy", flags.strategy, "allreduce | central")->capture_default_str();
        app.add_option("--bucket_mb", c.bucket_mb, "All-reduce bucket size in MB")
            ->capture_default_str()

@@ -55,4 +55,14 @@ float bf16_to_f32(uint16_t value) {
   return std::bit_cast<float>(static_cast<uint32_t>(value) << 16);
 }
 
+std::string_view precision_name(Precision precision) {
+  return precision == Precision::bf16 ? "bf16" : "fp32";
+}
+
+Precision parse_precision(std::string_view name) {
+  if (name == "fp32") return Precision::fp32;
+  if (name == "bf16") return Precision::bf16;
+  fail("--precision '{}': expected fp32 or bf16", name);
+}
+
 }  // namespace tower

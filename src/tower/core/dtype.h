@@ -10,6 +10,13 @@ namespace tower {
 // Element types a Tensor can hold.
 enum class DType : uint8_t { f32, bf16, i32, i64, u8 };
 
+// How a program computes: fp32 everywhere, or bf16 multiplications (convolutions and matrix
+// products read bf16 copies of their inputs and weights, accumulate and write f32) with every
+// value between kernels, the variables, the optimizer and the loss in f32.
+enum class Precision : uint8_t { fp32, bf16 };
+std::string_view precision_name(Precision precision);  // "fp32", "bf16"
+Precision parse_precision(std::string_view name);      // throws naming --precision
+
 size_t dtype_size(DType dtype);
 std::string_view dtype_name(DType dtype);  // "f32", "bf16", ...
 DType parse_dtype(std::string_view name);  // throws tower::Error on an unknown name

@@ -68,6 +68,7 @@ struct KernelContext {
   // Only algorithms that give the same bits run after run (CPU kernels always do; cuDNN offers
   // faster ones that accumulate with atomics).
   bool deterministic = true;
+  Precision precision = Precision::fp32;  // bf16: convolutions and matmuls multiply in bf16
 
   const Layout& input_layout(size_t i) const {
     static const Layout plain;

@@ -130,6 +130,7 @@ void DataParallel::compile_towers(const DataParallelOptions& options) {
     }
     ProgramOptions program_options{t.device, t.threads};
     program_options.deterministic = options.deterministic;
+    program_options.precision = options.precision;
     t.program = std::make_unique<Program>(graph_, fetches, *vars, program_options,
                                           i == 0 ? t.outputs.updates : std::vector<Value>{});
     t.worker = std::make_unique<ThreadPool>(1);

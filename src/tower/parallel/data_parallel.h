@@ -38,7 +38,8 @@ struct DataParallelOptions {
   // the host replicas before every step, and hands its gradients over through host buffers.
   // Always so for GPU towers; for CPU towers tests turn it on to check that path.
   bool stage_through_host = false;
-  bool deterministic = true;  // ProgramOptions::deterministic
+  bool deterministic = true;              // ProgramOptions::deterministic
+  Precision precision = Precision::fp32;  // ProgramOptions::precision
 };
 
 struct StepResult {

@@ -184,7 +184,8 @@ struct Program::Impl {
     if (factory == nullptr)
       fail("{} ({}): no kernel for op {} on {}", node.name, node.op, node.op,
            options.device.to_string());
-    KernelContext context{options.device, options.num_threads, stream, {}, options.deterministic};
+    KernelContext context{options.device,        options.num_threads, stream, {},
+                          options.deterministic, options.precision};
     for (const Value& in : node.inputs)
       context.input_layouts.push_back(
           buffers[static_cast<size_t>(versions.at(key(in)).front())].layout);
@@ -286,6 +287,17 @@ Program::Program(const Graph& graph, std::vector<Value> fetches, VariableStore& 
   KernelThreadsScope threads(options.num_threads);
   if (const char* env = std::getenv("TOWER_LAYOUTS"); env != nullptr && std::string(env) == "plain")
     options.propagate_layouts = false;
+  if (options.precision == Precision::bf16) {
+    if (options.device.kind != DeviceKind::cpu)
+      fail("--precision bf16 runs on CPU towers only so far; {} towers need --precision fp32",
+           options.device.to_string());
+    const CpuInfo cpu = cpu_info();
+    if (!cpu.avx512_bf16 && !cpu.amx)
+      fail(
+          "--precision bf16 needs a CPU with AVX512-BF16 or AMX instructions, and this one ({}) "
+          "has neither: use --precision fp32",
+          cpu.model_name.empty() ? std::string("unknown") : cpu.model_name);
+  }
   m.options = options;
   m.fetches = fetches;
   if (options.device.kind != DeviceKind::cpu)

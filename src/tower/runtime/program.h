@@ -23,7 +23,8 @@ struct ProgramOptions {
   // kernel-by-kernel engine (for comparison; the environment variable TOWER_LAYOUTS=plain also
   // turns it off).
   bool propagate_layouts = true;
-  bool deterministic = true;  // KernelContext::deterministic
+  bool deterministic = true;              // KernelContext::deterministic
+  Precision precision = Precision::fp32;  // KernelContext::precision
 };
 
 // One scheduled kernel's time while profiling (Program::set_profiling), summed over runs.

@@ -59,7 +59,7 @@ EvalResult evaluate_checkpoint(const EvalConfig& config) {
     Evaluator evaluator(
         state.run.model, test_set,
         input_transforms(augmentation, model.default_input, test_set->image_shape()).eval,
-        config.batch_size, threads);
+        config.batch_size, threads, config.precision);
     result.examples = evaluator.examples();
     result.precision_at_1 = evaluator.evaluate([&](const std::string& name) -> const Tensor& {
       const auto& tensors = checkpoint.data.tensors;

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <string>
 
+#include "tower/core/dtype.h"
+
 namespace tower {
 
 struct EvalConfig {
@@ -13,6 +15,7 @@ struct EvalConfig {
   bool use_ema = true;
   int64_t batch_size = 500;
   int num_threads = 0;  // 0: all cores
+  Precision precision = Precision::fp32;
 };
 
 struct EvalResult {

@@ -18,7 +18,8 @@ struct Evaluator::Impl {
 };
 
 Evaluator::Evaluator(const std::string& model, std::shared_ptr<const Dataset> dataset,
-                     TransformSpec transform, int64_t batch_size, int num_threads)
+                     TransformSpec transform, int64_t batch_size, int num_threads,
+                     Precision precision)
     : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.dataset = dataset;
@@ -37,9 +38,10 @@ Evaluator::Evaluator(const std::string& model, std::shared_ptr<const Dataset> da
   ModelOutputs out = get_model(model).build(scope, m.images, dataset->num_classes, Mode::eval);
   m.correct = ops::in_top_k(scope, out.logits, m.labels, 1);
   m.variables.initialize(m.graph, 0);
-  m.program = std::make_unique<Program>(
-      m.graph, std::vector<Value>{m.correct}, m.variables,
-      ProgramOptions{Device{}, num_threads > 0 ? num_threads : cpu_info().num_cores});
+  ProgramOptions options{Device{}, num_threads > 0 ? num_threads : cpu_info().num_cores};
+  options.precision = precision;
+  m.program =
+      std::make_unique<Program>(m.graph, std::vector<Value>{m.correct}, m.variables, options);
 }
 
 Evaluator::~Evaluator() = default;

@@ -15,7 +15,8 @@ namespace tower {
 class Evaluator {
  public:
   Evaluator(const std::string& model, std::shared_ptr<const Dataset> dataset,
-            TransformSpec transform, int64_t batch_size, int num_threads);
+            TransformSpec transform, int64_t batch_size, int num_threads,
+            Precision precision = Precision::fp32);
   ~Evaluator();
   // `weights(name)` returns the tensor to use for each variable of the model.
   double evaluate(const std::function<const Tensor&(const std::string&)>& weights);

@@ -123,7 +123,8 @@ std::vector<std::pair<std::string, std::string>> rank_fields(const TrainConfig& 
           {"--augmentation", c.augmentation},
           {"--seed", std::to_string(c.seed)},
           {"--resume_from", c.resume_from},
-          {"--deterministic", fmt::format("{}", c.deterministic)}};
+          {"--deterministic", fmt::format("{}", c.deterministic)},
+          {"--precision", std::string(precision_name(c.precision))}};
 }
 
 // One training run, as its stages: train() calls them in order.
@@ -243,6 +244,7 @@ class Run {
     options.bucket_bytes = static_cast<size_t>(config_.bucket_mb * 1024 * 1024);
     options.seed = config_.seed;
     options.deterministic = config_.deterministic;
+    options.precision = config_.precision;
     dp_ = std::make_unique<DataParallel>(pipeline_->image_shape(), local_batch_, tower_fn, options);
     if (config_.log_device_placement && chief_)
       for (int t = 0; t < dp_->num_towers(); ++t)
@@ -476,8 +478,8 @@ class Run {
   double record_eval() {
     trace::Slice slice("hooks", "eval");
     if (!evaluator_)
-      evaluator_ =
-          std::make_unique<Evaluator>(config_.model, test_set_, transforms_.eval, 500, plan_.cores);
+      evaluator_ = std::make_unique<Evaluator>(config_.model, test_set_, transforms_.eval, 500,
+                                               plan_.cores, config_.precision);
     const double precision = evaluator_->evaluate([&](const std::string& name) -> const Tensor& {
       if (ema_ && ema_->has(name)) return ema_->shadow(name);
       return dp_->replica(0).get(name);

@@ -51,6 +51,7 @@ struct TrainConfig {
   bool deterministic = true;  // bitwise-repeatable kernels only (matters on GPUs)
   std::string trace_file;     // a Chrome/Perfetto trace of the first trace_steps steps
   int64_t trace_steps = 10;
+  Precision precision = Precision::fp32;  // bf16: convolutions and matmuls multiply in bf16
 
   // The model's recipe, every other field at its default.
   static TrainConfig for_model(const std::string& model);

@@ -15,8 +15,13 @@ namespace {
 using dnnl::memory;
 using tag = memory::format_tag;
 
-memory::desc any_md(const Shape& shape) {
-  return memory::desc(to_dims(shape), memory::data_type::f32, tag::any);
+// Any layout the primitive likes; in bf16 precision the multiplied operands are bf16 and the
+// results (outputs and gradients) stay f32.
+memory::desc any_md(const Shape& shape, memory::data_type type = memory::data_type::f32) {
+  return memory::desc(to_dims(shape), type, tag::any);
+}
+memory::data_type operand_type(const KernelContext& context) {
+  return context.precision == Precision::bf16 ? memory::data_type::bf16 : memory::data_type::f32;
 }
 
 struct ConvGeometry {
@@ -31,11 +36,12 @@ ConvGeometry geometry(const Shape& x, const Shape& w, const ops::Conv2DAttrs& a)
 
 // The forward descriptor, also the hint the backward primitives are built against.
 dnnl::convolution_forward::primitive_desc forward_pd(const Shape& x, const Shape& w, const Shape& y,
-                                                     const ops::Conv2DAttrs& a) {
+                                                     const ops::Conv2DAttrs& a,
+                                                     memory::data_type type) {
   ConvGeometry g = geometry(x, w, a);
-  dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_training,
-                                       dnnl::algorithm::convolution_direct, any_md(x), any_md(w),
-                                       any_md(y), g.strides, g.padding_l, g.padding_r);
+  dnnl::convolution_forward::desc desc(
+      dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, any_md(x, type),
+      any_md(w, type), any_md(y), g.strides, g.padding_l, g.padding_r);
   return {desc, user_scratchpad(), engine()};
 }
 
@@ -108,11 +114,13 @@ Arg output_arg(int dnnl_arg, const Shape& shape, const memory::desc& md) {
 
 KernelRegistrar conv2d_kernel{
     "Conv2D", DeviceKind::cpu,
-    [](const Node& node, const KernelContext&) -> std::unique_ptr<Kernel> {
+    [](const Node& node, const KernelContext& context) -> std::unique_ptr<Kernel> {
       const Shape& x = node.inputs[0].shape();
       const Shape& w = node.inputs[1].shape();
       const Shape& y = node.outputs[0].shape;
-      auto pd = build(node, [&] { return forward_pd(x, w, y, node.attr<ops::Conv2DAttrs>()); });
+      auto pd = build(node, [&] {
+        return forward_pd(x, w, y, node.attr<ops::Conv2DAttrs>(), operand_type(context));
+      });
       return std::make_unique<ConvKernel>(
           node, dnnl::convolution_forward(pd), pd.scratchpad_desc(),
           std::vector<Arg>{input_arg(DNNL_ARG_SRC, 0, x, pd.src_desc()),
@@ -123,18 +131,19 @@ KernelRegistrar conv2d_kernel{
 // inputs (w, dy) -> dx
 KernelRegistrar conv2d_backprop_input_kernel{
     "Conv2DBackpropInput", DeviceKind::cpu,
-    [](const Node& node, const KernelContext&) -> std::unique_ptr<Kernel> {
+    [](const Node& node, const KernelContext& context) -> std::unique_ptr<Kernel> {
       const auto& a = node.attr<ops::Conv2DBackpropAttrs>();
+      const memory::data_type type = operand_type(context);
       const Shape& x = a.shape;
       const Shape& w = node.inputs[0].shape();
       const Shape& dy = node.inputs[1].shape();
       auto pd = build(node, [&] {
         ConvGeometry g = geometry(x, w, a.conv);
         dnnl::convolution_backward_data::desc desc(dnnl::algorithm::convolution_direct, any_md(x),
-                                                   any_md(w), any_md(dy), g.strides, g.padding_l,
-                                                   g.padding_r);
+                                                   any_md(w, type), any_md(dy, type), g.strides,
+                                                   g.padding_l, g.padding_r);
         return dnnl::convolution_backward_data::primitive_desc(desc, user_scratchpad(), engine(),
-                                                               forward_pd(x, w, dy, a.conv));
+                                                               forward_pd(x, w, dy, a.conv, type));
       });
       return std::make_unique<ConvKernel>(
           node, dnnl::convolution_backward_data(pd), pd.scratchpad_desc(),
@@ -146,18 +155,19 @@ KernelRegistrar conv2d_backprop_input_kernel{
 // inputs (x, dy) -> dw
 KernelRegistrar conv2d_backprop_filter_kernel{
     "Conv2DBackpropFilter", DeviceKind::cpu,
-    [](const Node& node, const KernelContext&) -> std::unique_ptr<Kernel> {
+    [](const Node& node, const KernelContext& context) -> std::unique_ptr<Kernel> {
       const auto& a = node.attr<ops::Conv2DBackpropAttrs>();
+      const memory::data_type type = operand_type(context);
       const Shape& x = node.inputs[0].shape();
       const Shape& w = a.shape;
       const Shape& dy = node.inputs[1].shape();
       auto pd = build(node, [&] {
         ConvGeometry g = geometry(x, w, a.conv);
         dnnl::convolution_backward_weights::desc desc(dnnl::algorithm::convolution_direct,
-                                                      any_md(x), any_md(w), any_md(dy), g.strides,
-                                                      g.padding_l, g.padding_r);
-        return dnnl::convolution_backward_weights::primitive_desc(desc, user_scratchpad(), engine(),
-                                                                  forward_pd(x, w, dy, a.conv));
+                                                      any_md(x, type), any_md(w), any_md(dy, type),
+                                                      g.strides, g.padding_l, g.padding_r);
+        return dnnl::convolution_backward_weights::primitive_desc(
+            desc, user_scratchpad(), engine(), forward_pd(x, w, dy, a.conv, type));
       });
       return std::make_unique<ConvKernel>(
           node, dnnl::convolution_backward_weights(pd), pd.scratchpad_desc(),

@@ -16,7 +16,7 @@ using dt = dnnl::memory::data_type;
 
 class MatMulKernel : public Kernel {
  public:
-  explicit MatMulKernel(const Node& node) : node_(node) {
+  MatMulKernel(const Node& node, const KernelContext& context) : node_(node) {
     const auto& attrs = node.attr<ops::MatMulAttrs>();
     const Shape& a = node.inputs[0].shape();
     const Shape& y = node.outputs[0].shape;
@@ -28,8 +28,15 @@ class MatMulKernel : public Kernel {
       zero_ = true;
       return;
     }
-    dnnl::memory::desc a_md({m, k}, dt::f32, ta ? tag::ba : tag::ab);
-    dnnl::memory::desc b_md({k, n}, dt::f32, tb ? tag::ba : tag::ab);
+    // bf16: the operands are read as bf16 copies (row-major, like the f32 values: the runtime
+    // converts them), the product is accumulated and written in f32.
+    const dt type = context.precision == Precision::bf16 ? dt::bf16 : dt::f32;
+    if (type != dt::f32)
+      for (int i = 0; i < 2; ++i)
+        layouts_[i] = to_layout(plain_md(node.inputs[static_cast<size_t>(i)].shape(), type),
+                                node.inputs[static_cast<size_t>(i)].shape());
+    dnnl::memory::desc a_md({m, k}, type, ta ? tag::ba : tag::ab);
+    dnnl::memory::desc b_md({k, n}, type, tb ? tag::ba : tag::ab);
     dnnl::memory::desc y_md({m, n}, dt::f32, tag::ab);
     matmul_pd_ = build(node, [&] {
       dnnl::primitive_attr attr;
@@ -40,6 +47,7 @@ class MatMulKernel : public Kernel {
     active_ = true;
   }
 
+  Layout input_layout(int i) const override { return layouts_[i]; }
   size_t scratch_bytes() const override {
     return active_ ? matmul_pd_.scratchpad_desc().get_size() : 0;
   }
@@ -65,14 +73,16 @@ class MatMulKernel : public Kernel {
  private:
   const Node& node_;
   bool active_ = false, zero_ = false;
+  Layout layouts_[2];
   dnnl::matmul::primitive_desc matmul_pd_;
   dnnl::matmul matmul_prim_;
   std::unordered_map<int, dnnl::memory> args_;
 };
 
-KernelRegistrar matmul_kernel{
-    "MatMul", DeviceKind::cpu,
-    [](const Node& node, const KernelContext&) { return std::make_unique<MatMulKernel>(node); }};
+KernelRegistrar matmul_kernel{"MatMul", DeviceKind::cpu,
+                              [](const Node& node, const KernelContext& context) {
+                                return std::make_unique<MatMulKernel>(node, context);
+                              }};
 
 }  // namespace
 }  // namespace tower::cpu

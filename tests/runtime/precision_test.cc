@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "testing/gradient_check.h"
 #include "tower/graph/gradients.h"
@@ -24,76 +25,124 @@ bool cpu_has_bf16() {
   return cpu.avx512_bf16 || cpu.amx;
 }
 
-// conv -> bias -> relu -> max-pool -> conv -> relu -> flatten -> matmul -> l2 loss, and the
-// gradients of every weight and of the images.
-struct Net {
-  Graph graph;
-  Value images;
-  std::vector<Value> fetches;
-  VariableStore variables;
+std::vector<Tensor> run(const Graph& graph, const std::vector<Value>& fetches,
+                        VariableStore& variables,
+                        const std::vector<std::pair<Value, Tensor>>& feeds, Precision precision) {
+  ProgramOptions options{Device{}, 2};
+  options.precision = precision;
+  Program program(graph, fetches, variables, options);
+  for (const auto& [placeholder, value] : feeds) program.input(placeholder).copy_from(value);
+  program.run();
+  std::vector<Tensor> out;
+  for (int i = 0; i < program.num_fetches(); ++i) out.push_back(program.output(i).clone());
+  return out;
+}
 
-  Net() {
-    Scope s(graph);
-    images = s.placeholder("images", Shape{8, 3, 16, 16});
-    Value w1 = s.get_variable("w1", Shape{16, 3, 5, 5}, Initializer::he_normal());
-    Value b1 = s.get_variable("b1", Shape{16}, Initializer::uniform(0.5f));
-    Value w2 = s.get_variable("w2", Shape{24, 16, 3, 3}, Initializer::he_normal());
-    Value w3 = s.get_variable("w3", Shape{24 * 8 * 8, 10}, Initializer::glorot_uniform());
-    const ops::Conv2DAttrs same{{1, 1}, ops::Padding::same};
-    Value h1 = ops::relu(s, ops::bias_add(s, ops::conv2d(s, images, w1, same), b1));
-    Value p1 = ops::max_pool(s, h1, {{2, 2}, {2, 2}, ops::Padding::valid});
-    Value h2 = ops::relu(s, ops::conv2d(s, p1, w2, same));
-    Value logits = ops::matmul(s, ops::reshape(s, h2, Shape{8, 24 * 8 * 8}), w3);
-    Value loss = ops::l2_loss(s, logits);
-    fetches = {loss, logits};
-    for (Value g : gradients(s, loss, {images, w1, b1, w2, w3})) fetches.push_back(g);
-    variables.initialize(graph, 11);
-  }
-
-  std::vector<Tensor> run(Precision precision) {
-    ProgramOptions options{Device{}, 2};
-    options.precision = precision;
-    Program program(graph, fetches, variables, options);
-    program.input(images).copy_from(testing::random_tensor(Shape{8, 3, 16, 16}, 3));
-    program.run();
-    std::vector<Tensor> out;
-    for (int i = 0; i < program.num_fetches(); ++i) out.push_back(program.output(i).clone());
-    return out;
-  }
+struct Difference {
+  double max_relative = 0;  // largest |bf16 - fp32| over the largest |fp32|
+  double l2_relative = 0;   // ||bf16 - fp32|| / ||fp32||
 };
+Difference difference(const Tensor& fp32, const Tensor& bf16) {
+  double scale = 0, norm = 0, err = 0, worst = 0;
+  for (int64_t k = 0; k < fp32.numel(); ++k) {
+    const double a = fp32.data<float>()[k], b = bf16.data<float>()[k];
+    scale = std::max(scale, std::fabs(a));
+    norm += a * a;
+    err += (a - b) * (a - b);
+    worst = std::max(worst, std::fabs(a - b));
+  }
+  EXPECT_GT(scale, 0) << "all zeros: the comparison would prove nothing";
+  return {worst / scale, std::sqrt(err / norm)};
+}
 
-TEST(PrecisionTest, Bf16MatchesFp32ForwardAndGradientsAtBf16Tolerance) {
-  Net net;
-  if (!cpu_has_bf16()) {
-    ProgramOptions options{Device{}, 2};
-    options.precision = Precision::bf16;
-    try {
-      Program program(net.graph, net.fetches, net.variables, options);
-      ADD_FAILURE() << "a CPU without bf16 instructions built a bf16 program";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("--precision bf16 needs a CPU with AVX512-BF16 or AMX"),
-                std::string::npos)
-          << e.what();
-    }
-    GTEST_SKIP() << "this CPU has no bf16 instructions (checked: the clear error above)";
+// The clear error a CPU without bf16 instructions gives; true when the test can go on.
+bool bf16_or_its_error(const Graph& graph, const std::vector<Value>& fetches,
+                       VariableStore& variables) {
+  if (cpu_has_bf16()) return true;
+  ProgramOptions options{Device{}, 2};
+  options.precision = Precision::bf16;
+  try {
+    Program program(graph, fetches, variables, options);
+    ADD_FAILURE() << "a CPU without bf16 instructions built a bf16 program";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--precision bf16 needs a CPU with AVX512-BF16 or AMX"),
+              std::string::npos)
+        << e.what();
   }
-  const std::vector<Tensor> fp32 = net.run(Precision::fp32), bf16 = net.run(Precision::bf16);
-  const char* names[] = {"loss", "logits", "d images", "d w1", "d b1", "d w2", "d w3"};
-  double largest_difference = 0;
+  return false;
+}
+
+// Each bf16 kernel alone against its fp32 twin: Conv2D, Conv2DBackpropInput and
+// Conv2DBackpropFilter (the gradients of sum(conv(x, w) * r)), MatMul and its two transposed
+// forms (the gradients of sum(matmul(a, b) * q)). Operands rounded to bf16 (8 bits of mantissa)
+// and f32 accumulation give errors of a few 1e-3 of the largest output.
+TEST(PrecisionTest, Bf16KernelsMatchFp32KernelsForwardAndGradient) {
+  Graph graph;
+  Scope s(graph);
+  Value x = s.placeholder("x", Shape{4, 8, 12, 12}), r = s.placeholder("r", Shape{4, 16, 12, 12});
+  Value a = s.placeholder("a", Shape{32, 72}), q = s.placeholder("q", Shape{32, 24});
+  Value w = s.get_variable("w", Shape{16, 8, 3, 3}, Initializer::he_normal());
+  Value b = s.get_variable("b", Shape{72, 24}, Initializer::glorot_uniform());
+  Value y = ops::conv2d(s, x, w, {{1, 1}, ops::Padding::same});
+  Value z = ops::matmul(s, a, b);
+  Value loss =
+      ops::add(s, ops::reduce_sum(s, ops::mul(s, y, r)), ops::reduce_sum(s, ops::mul(s, z, q)));
+  std::vector<Value> fetches = {y, z};
+  for (Value g : gradients(s, loss, {x, w, a, b})) fetches.push_back(g);
+  VariableStore variables;
+  variables.initialize(graph, 5);
+  if (!bf16_or_its_error(graph, fetches, variables))
+    GTEST_SKIP() << "this CPU has no bf16 instructions (checked: the clear error)";
+  std::vector<std::pair<Value, Tensor>> feeds;
+  uint64_t seed = 1;
+  for (Value v : {x, r, a, q}) feeds.emplace_back(v, testing::random_tensor(v.shape(), seed++));
+  const auto fp32 = run(graph, fetches, variables, feeds, Precision::fp32);
+  const auto bf16 = run(graph, fetches, variables, feeds, Precision::bf16);
+  const char* names[] = {
+      "Conv2D",          "MatMul",         "Conv2DBackpropInput", "Conv2DBackpropFilter",
+      "MatMul (dy b^T)", "MatMul (a^T dy)"};
   for (size_t i = 0; i < fp32.size(); ++i) {
-    const float* a = fp32[i].data<float>();
-    const float* b = bf16[i].data<float>();
-    float scale = 0;
-    for (int64_t k = 0; k < fp32[i].numel(); ++k) scale = std::max(scale, std::fabs(a[k]));
-    ASSERT_GT(scale, 0.0f) << names[i];
-    double worst = 0;
-    for (int64_t k = 0; k < fp32[i].numel(); ++k)
-      worst = std::max(worst, static_cast<double>(std::fabs(a[k] - b[k]) / scale));
-    EXPECT_LT(worst, 3e-2) << names[i] << ": bf16 is further from fp32 than its precision allows";
-    largest_difference = std::max(largest_difference, worst);
+    const Difference d = difference(fp32[i], bf16[i]);
+    std::printf("%-22s max %.2e  l2 %.2e\n", names[i], d.max_relative, d.l2_relative);
+    EXPECT_LT(d.max_relative, 2e-2) << names[i];
+    EXPECT_GT(d.max_relative, 1e-5) << names[i] << ": no bf16 rounding at all: did bf16 run?";
   }
-  // bf16 really ran: rounding the operands to 8 bits of mantissa changes the results.
-  EXPECT_GT(largest_difference, 1e-4);
+}
+
+// A small network end to end: ReLU and max pooling route gradients by comparisons, which bf16
+// can flip for single elements, so the gradients are compared as whole tensors (L2). Measured on
+// a Xeon with AMX: 4e-3 for the logits, 2e-2 for the last layers' gradients and 8e-2 for the
+// first layer's and the images' (behind two ReLUs and a max pooling).
+TEST(PrecisionTest, Bf16NetworkMatchesFp32WithinBf16Precision) {
+  Graph graph;
+  Scope s(graph);
+  Value images = s.placeholder("images", Shape{8, 3, 16, 16});
+  Value w1 = s.get_variable("w1", Shape{16, 3, 5, 5}, Initializer::he_normal());
+  Value b1 = s.get_variable("b1", Shape{16}, Initializer::uniform(0.5f));
+  Value w2 = s.get_variable("w2", Shape{24, 16, 3, 3}, Initializer::he_normal());
+  Value w3 = s.get_variable("w3", Shape{24 * 8 * 8, 10}, Initializer::glorot_uniform());
+  const ops::Conv2DAttrs same{{1, 1}, ops::Padding::same};
+  Value h1 = ops::relu(s, ops::bias_add(s, ops::conv2d(s, images, w1, same), b1));
+  Value p1 = ops::max_pool(s, h1, {{2, 2}, {2, 2}, ops::Padding::valid});
+  Value h2 = ops::relu(s, ops::conv2d(s, p1, w2, same));
+  Value logits = ops::matmul(s, ops::reshape(s, h2, Shape{8, 24 * 8 * 8}), w3);
+  Value loss = ops::l2_loss(s, logits);
+  std::vector<Value> fetches = {loss, logits};
+  for (Value g : gradients(s, loss, {images, w1, b1, w2, w3})) fetches.push_back(g);
+  VariableStore variables;
+  variables.initialize(graph, 11);
+  if (!bf16_or_its_error(graph, fetches, variables))
+    GTEST_SKIP() << "this CPU has no bf16 instructions (checked: the clear error)";
+  std::vector<std::pair<Value, Tensor>> feeds;
+  feeds.emplace_back(images, testing::random_tensor(images.shape(), 3));
+  const auto fp32 = run(graph, fetches, variables, feeds, Precision::fp32);
+  const auto bf16 = run(graph, fetches, variables, feeds, Precision::bf16);
+  const char* names[] = {"loss", "logits", "d images", "d w1", "d b1", "d w2", "d w3"};
+  for (size_t i = 0; i < fp32.size(); ++i) {
+    const Difference d = difference(fp32[i], bf16[i]);
+    std::printf("%-9s max %.2e  l2 %.2e\n", names[i], d.max_relative, d.l2_relative);
+    EXPECT_LT(d.l2_relative, i < 2 ? 1e-2 : 0.15) << names[i];
+  }
 }
 
 TEST(PrecisionTest, NamesParseAndPrint) {

@@ -58,11 +58,18 @@ std::optional<ChannelBlocks> channel_blocks(const dnnl::memory::desc& md) {
   if (d.ndims != 4 || d.format_kind != dnnl_blocked || d.offset0 != 0) return std::nullopt;
   const dnnl_blocking_desc_t& b = d.format_desc.blocking;
   ChannelBlocks blocks;
+  if (d.data_type != dnnl_f32) return std::nullopt;
   if (b.inner_nblks == 1 && b.inner_idxs[0] == 1)
     blocks.block = b.inner_blks[0];
   else if (b.inner_nblks != 0)
     return std::nullopt;
   for (int i = 0; i < 4; ++i) blocks.strides[i] = b.strides[i];
+  // Channels last (NHWC, what AMX convolutions pick): all channels are one block, so loops over
+  // a block run over contiguous memory instead of striding by C.
+  if (b.inner_nblks == 0 && b.strides[1] == 1 && d.dims[1] > 1) {
+    blocks.block = d.dims[1];
+    blocks.strides[1] = 0;
+  }
   return blocks;
 }
 

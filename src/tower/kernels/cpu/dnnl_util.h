@@ -24,8 +24,9 @@ dnnl::memory::dims to_dims(const Shape& shape);
 Layout to_layout(const dnnl::memory::desc& md, const Shape& shape);
 dnnl::memory::desc md_of(const Shape& shape, const Layout& layout);
 // A 4-D layout with the channels (dim 1) grouped innermost in blocks of `block` (nChw8c, nChw16c;
-// 1 for a strided one such as nchw): element (n, c, h, w) lies at n*strides[0] +
-// (c/block)*strides[1] + h*strides[2] + w*strides[3] + c%block. For hand-written kernels.
+// 1 for a strided one such as nchw; C for channels last, nhwc): element (n, c, h, w) lies at
+// n*strides[0] + (c/block)*strides[1] + h*strides[2] + w*strides[3] + c%block. f32 only. For
+// hand-written kernels.
 struct ChannelBlocks {
   int64_t block = 1;
   int64_t strides[4] = {0, 0, 0, 0};

@@ -10,8 +10,9 @@
 #
 # bf16: TF is run both ways (grappler's auto_mixed_precision_onednn_bfloat16, and the mixed_bfloat16
 # policy written out) and the faster is kept; the row names it and says whether TF's bf16 ran on
-# oneDNN or on its Eigen fallback (oneDNN's bf16 needs AVX-512). Until `tower bench` has
-# --precision, tower's bf16 rows show its fp32 figure, marked "tower fp32 (no bf16 yet)".
+# oneDNN or on its Eigen fallback (oneDNN's bf16 needs AVX-512). tower runs --precision bf16 where
+# the CPU has bf16 instructions (AVX512-BF16 or AMX); elsewhere its bf16 rows show its fp32
+# figure, marked "tower fp32 (no bf16 on this CPU)".
 #
 # Peaks: fp32 = one core's measured FMA throughput (bench/e2e/fma_peak.c, built here with
 # -march=native) x threads, or PEAK_FP32_GFLOPS_PER_CORE; bf16 = 2 x fp32 where the CPU has
@@ -60,7 +61,8 @@ else
   PEAK_BF16=0  # no bf16 arithmetic on this CPU
 fi
 TOWER_BF16=0
-if "$TOWER" bench --help | grep -q -- --precision; then TOWER_BF16=1; fi
+if "$TOWER" bench --model mlp --mode infer --batch_size 8 --steps 1 --windows 1 --precision bf16 \
+  >/dev/null 2>&1; then TOWER_BF16=1; fi
 
 busy_pid=""
 tmp=$(mktemp -d)
@@ -89,7 +91,7 @@ echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $
   "fp32 peak ${PEAK_FP32} GFLOP/s per core (${PEAK_FP32_GFLOPS_PER_CORE:+given}${PEAK_FP32_GFLOPS_PER_CORE:-measured});" \
   "bf16 peak: $([ "$PEAK_BF16" = 0 ] && echo "none (no AVX512_BF16)" || echo "$PEAK_BF16 GFLOP/s per core")"
 echo "# $("$TFPY" -c 'import importlib.metadata as m; print("tensorflow-cpu", m.version("tensorflow-cpu"))');" \
-  "tower bench $([ $TOWER_BF16 = 1 ] && echo "has --precision" || echo "has no --precision: its bf16 rows are its fp32 figure")"
+  "tower $([ $TOWER_BF16 = 1 ] && echo "runs bf16 here" || echo "has no bf16 on this CPU: its bf16 rows are its fp32 figure")"
 printf "%-5s %3s %3s %-4s %-5s | %9s %9s %6s | %6s %6s | %7s %6s %6s %7s | %s\n" \
   mode thr twr prec load tower_i/s tf_i/s ratio tow_MB tf_MB tow_GF/s %fp32 %bf16 tf_GF/s notes
 for mode in train infer; do
@@ -139,7 +141,7 @@ tower_bf16 = sys.argv[10] == "1"
 notes = []
 if precision == "bf16":
     if not tower_bf16:
-        notes.append("tower fp32 (no bf16 yet)")
+        notes.append("tower fp32 (no bf16 on this CPU)")
     others = [json.loads(s) for s in sys.argv[11:]]
     notes.append("tf %s (%s img/s), %d bf16 nodes on %s" % (
         p["bf16"], ", ".join("%s %.0f" % (o["bf16"], o["images_per_sec"]) for o in others),

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "testing/files.h"
 #include "testing/subprocess.h"
 #include "testing/tmp_dir.h"
 #include "tower/io/checkpoint.h"
@@ -14,22 +15,13 @@
 namespace tower {
 namespace {
 
+using testing::contains;
+using testing::read_file;
+using testing::write_file;
+
 using testing::run_tower;
 using testing::TmpDir;
 namespace fs = std::filesystem;
-
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-void write_file(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary) << bytes;
-}
 
 // A small generated CIFAR-10-format data set and a short run with checkpoints at steps 5 and 10.
 class BadInputTest : public ::testing::Test {

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <thread>
 
+#include "testing/files.h"
 #include "testing/subprocess.h"
 #include "testing/tmp_dir.h"
 #include "tower/io/checkpoint.h"
@@ -14,12 +15,12 @@
 namespace tower {
 namespace {
 
+using testing::contains;
+using testing::read_file;
+using testing::write_file;
+
 using testing::run_tower;
 using testing::TmpDir;
-
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
 
 // A small generated CIFAR-10-format data set shared by the tests of this file.
 class CliTest : public ::testing::Test {

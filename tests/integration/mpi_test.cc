@@ -10,6 +10,7 @@
 #include <fstream>
 #include <thread>
 
+#include "testing/files.h"
 #include "testing/subprocess.h"
 #include "testing/tmp_dir.h"
 #include "tower/io/checkpoint.h"
@@ -18,19 +19,14 @@
 namespace tower {
 namespace {
 
+using testing::contains;
+using testing::read_file;
+using testing::write_file;
+
 using testing::run_command;
 using testing::run_tower;
 using testing::TmpDir;
 using Clock = std::chrono::steady_clock;
-
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  return std::string((std::istreambuf_iterator<char>(in)), {});
-}
 
 // The pids of the processes whose parent is `parent` (the ranks mpirun started).
 std::vector<pid_t> children(pid_t parent) {

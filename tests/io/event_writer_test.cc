@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "io/python_env.h"
+#include "testing/files.h"
 #include "testing/tmp_dir.h"
 #include "tower/core/error.h"
 #include "tower/io/crc32c.h"
@@ -21,13 +22,12 @@
 namespace tower {
 namespace {
 
+using testing::contains;
+using testing::read_file;
+using testing::write_file;
+
 namespace fs = std::filesystem;
 using testing::TmpDir;
-
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
 
 uint64_t le(const std::string& s, size_t at, int bytes) {
   uint64_t v = 0;
@@ -38,7 +38,7 @@ uint64_t le(const std::string& s, size_t at, int bytes) {
 
 // Splits a TFRecord file into its records, checking both CRCs of each.
 std::vector<std::string> read_records(const std::string& path) {
-  const std::string bytes = read_bytes(path);
+  const std::string bytes = read_file(path);
   std::vector<std::string> records;
   size_t at = 0;
   while (at < bytes.size()) {

@@ -10,21 +10,17 @@
 #include <nlohmann/json.hpp>
 
 #include "io/python_env.h"
+#include "testing/files.h"
 #include "testing/tmp_dir.h"
 
 namespace tower {
 namespace {
 
+using testing::contains;
+using testing::read_file;
+using testing::write_file;
+
 using testing::TmpDir;
-
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary) << bytes;
-}
 
 std::string le64(uint64_t v) {
   std::string s(8, '\0');
@@ -90,13 +86,13 @@ TEST(SafetensorsTest, ChecksumsRoundTripAndAFlippedBitNamesTheTensorAndTheFile) 
   EXPECT_TRUE(same_bytes(file.tensors.at("conv1/weights"), a));
 
   // Flip one bit of each tensor's data in turn (the data are the file's last bytes: "b" first).
-  const std::string good = read_bytes(path);
+  const std::string good = read_file(path);
   const size_t data_start = good.size() - static_cast<size_t>(a.nbytes() + b.nbytes());
   for (auto [offset, name] : {std::pair<size_t, std::string>{0, "b"},
                               {static_cast<size_t>(b.nbytes()) + 5, "conv1/weights"}}) {
     std::string bad = good;
     bad[data_start + offset] = static_cast<char>(bad[data_start + offset] ^ 0x10);
-    write_bytes(path, bad);
+    write_file(path, bad);
     try {
       safetensors_read(path);
       ADD_FAILURE() << "a flipped bit in '" << name << "' went unnoticed";
@@ -113,7 +109,7 @@ TEST(SafetensorsTest, NoMetadataMeansNoMetadataKey) {
   TmpDir dir;
   Tensor t = Tensor::from_vector<uint8_t>({1}, {9});
   safetensors_write(dir / "a.safetensors", {{"t", &t}});
-  EXPECT_EQ(read_bytes(dir / "a.safetensors").find("__metadata__"), std::string::npos);
+  EXPECT_EQ(read_file(dir / "a.safetensors").find("__metadata__"), std::string::npos);
   EXPECT_TRUE(safetensors_read(dir / "a.safetensors").metadata.empty());
 }
 
@@ -131,7 +127,7 @@ TEST(SafetensorsTest, WritesTheExactLayout) {
   std::string expected = le64(136) + header + "    ";
   expected += std::string("\x01\x02\x03", 3);
   expected += std::string("\x00\x00\x80\x3f\x00\x00\x00\xc0", 8);  // 1.0f, -2.0f little-endian
-  EXPECT_EQ(read_bytes(dir / "x.safetensors"), expected);
+  EXPECT_EQ(read_file(dir / "x.safetensors"), expected);
 }
 
 // Every way a file can be broken: the error names the file and says what is wrong.
@@ -139,7 +135,7 @@ TEST(SafetensorsTest, CorruptFilesAreClearErrors) {
   TmpDir dir;
   Tensor good = Tensor::from_vector<float>({2, 2}, {1, 2, 3, 4});
   safetensors_write(dir / "good.safetensors", {{"w", &good}, {"v", &good}});
-  const std::string good_bytes = read_bytes(dir / "good.safetensors");
+  const std::string good_bytes = read_file(dir / "good.safetensors");
   const std::string data16(16, '\x01');
   const std::string data32(32, '\x01');
   struct Case {
@@ -197,7 +193,7 @@ TEST(SafetensorsTest, CorruptFilesAreClearErrors) {
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
     const std::string path = dir / (c.name + ".safetensors");
-    write_bytes(path, c.bytes);
+    write_file(path, c.bytes);
     try {
       safetensors_read(path);
       ADD_FAILURE() << "no error for " << c.name;
@@ -246,7 +242,7 @@ TEST(SafetensorsTest, FailedWriteKeepsThePreviousFile) {
   const std::string path = dir / "ckpt.safetensors";
   Tensor small = Tensor::from_vector<float>({2}, {1, 2});
   safetensors_write(path, {{"w", &small}});
-  const std::string before = read_bytes(path);
+  const std::string before = read_file(path);
 
   Tensor big({1 << 16}, DType::f32);
   rlimit saved;
@@ -265,7 +261,7 @@ TEST(SafetensorsTest, FailedWriteKeepsThePreviousFile) {
   std::signal(SIGXFSZ, old_handler);
 
   EXPECT_NE(message.find(path), std::string::npos) << message;
-  EXPECT_EQ(read_bytes(path), before);
+  EXPECT_EQ(read_file(path), before);
   EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
 }
 

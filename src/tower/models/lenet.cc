@@ -30,13 +30,7 @@ ModelOutputs lenet(const Scope& scope, Value images, int num_classes, Mode) {
 }
 
 ModelRegistrar registrar{{"lenet", "LeNet-style CNN (conv 32, conv 64, fc 256) for 28x28 images",
-                          Shape{1, 28, 28}, lenet,
-                          Recipe{.optimizer = "adam",
-                                 .lr = 0.003f,
-                                 .lr_schedule = "cosine:warmup_steps=50",
-                                 .batch_size = 64,
-                                 .epochs = 2.5,
-                                 .ema_decay = 0.9999f}}};
+                          Shape{1, 28, 28}, lenet, fashion_mnist_recipe()}};
 
 }  // namespace
 }  // namespace tower

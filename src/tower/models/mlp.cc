@@ -14,13 +14,8 @@ ModelOutputs mlp(const Scope& scope, Value images, int num_classes, Mode) {
           {}};
 }
 
-ModelRegistrar registrar{{"mlp", "multi-layer perceptron (fc 256-128)", Shape{1, 28, 28}, mlp,
-                          Recipe{.optimizer = "adam",
-                                 .lr = 0.003f,
-                                 .lr_schedule = "cosine:warmup_steps=50",
-                                 .batch_size = 64,
-                                 .epochs = 2.5,
-                                 .ema_decay = 0.9999f}}};
+ModelRegistrar registrar{
+    {"mlp", "multi-layer perceptron (fc 256-128)", Shape{1, 28, 28}, mlp, fashion_mnist_recipe()}};
 
 }  // namespace
 }  // namespace tower

@@ -31,6 +31,15 @@ const ModelDef& get_model(const std::string& name) {
   return it->second;
 }
 
+Recipe fashion_mnist_recipe() {
+  return {.optimizer = "adam",
+          .lr = 0.003f,
+          .lr_schedule = "cosine:warmup_steps=50",
+          .batch_size = 64,
+          .epochs = 2.5,
+          .ema_decay = 0.9999f};
+}
+
 std::string to_string(const Recipe& r) {
   std::string text = fmt::format("{} lr {}", r.optimizer, r.lr);
   if (r.optimizer == "momentum") text += fmt::format(" (momentum {})", r.momentum);

@@ -36,6 +36,9 @@ struct Recipe {
   float weight_decay = 0;             // adamw
   std::string augmentation = "none";  // none | cifar10 | pad-crop-flip (data/transforms.h)
 };
+// The recipe of the Fashion-MNIST models (lenet, mlp): Adam at 3e-3, 50 warm-up steps then cosine
+// decay, batch 64 per tower, 2.5 epochs, EMA 0.9999.
+Recipe fashion_mnist_recipe();
 // One line: "adam lr 0.003, cosine:warmup_steps=50, batch 64 per tower, 2.5 epochs, ...".
 std::string to_string(const Recipe& recipe);
 

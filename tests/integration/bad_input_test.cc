@@ -99,6 +99,21 @@ TEST_F(BadInputTest, MissingStateFilesStopTrainingInsteadOfOverwritingTheCheckpo
   EXPECT_EQ(read_file(tensors), before);
 }
 
+// What an interrupted save leaves (the tensors of step 10, no state file, the index still naming
+// step 5): said on stderr, and training resumes from step 5.
+TEST_F(BadInputTest, AnInterruptedSaveIsSaidAndTheCheckpointBeforeItResumes) {
+  TmpDir dirs;
+  ASSERT_EQ(run_tower(train_flags(dirs / "run", 10)).exit_code, 0);
+  fs::remove(checkpoint_prefix(dirs / "run", 10) + ".json");
+  write_file(dirs / "run/checkpoint", "model_checkpoint_path: \"model.ckpt-5\"\n");
+  auto r = run_tower(train_flags(dirs / "run", 10));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "warning: ignoring " + checkpoint_prefix(dirs / "run", 10) +
+                                     ".safetensors: its state file is missing"))
+      << r.output;
+  EXPECT_TRUE(contains(r.output, "resumed from " + checkpoint_prefix(dirs / "run", 5))) << r.output;
+}
+
 TEST_F(BadInputTest, FlagsAreCheckedUpFrontAndNamed) {
   TmpDir dirs;
   const std::string base = train_flags(dirs / "run", 10);

@@ -1,5 +1,6 @@
 #include "tower/train/training_state.h"
 
+#include <cinttypes>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -173,6 +174,22 @@ std::optional<TrainingCheckpoint> find_resume_checkpoint(const std::string& dir)
                       : fmt::format("pass --resume_from {} to resume from the latest complete "
                                     "checkpoint",
                                     checkpoint_prefix(dir, steps.back())));
+  // Tensors without their state file and newer than every complete checkpoint: a save that was
+  // interrupted (the state file is written second). Said, then left to be overwritten.
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    int64_t step = -1;
+    if (std::sscanf(name.c_str(), "model.ckpt-%" SCNd64 ".safetensors", &step) != 1 || step < 0 ||
+        name != fmt::format("model.ckpt-{}.safetensors", step) ||
+        (!steps.empty() && step <= steps.back()) ||
+        std::filesystem::exists(checkpoint_prefix(dir, step) + ".json"))
+      continue;
+    std::fprintf(stderr,
+                 "%swarning: ignoring %s: its state file is missing (a save that was "
+                 "interrupted?); it will be overwritten\n",
+                 log_prefix().c_str(), entry.path().string().c_str());
+  }
   for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
     const std::string prefix = checkpoint_prefix(dir, *it);
     CheckpointData data;

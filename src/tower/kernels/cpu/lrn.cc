@@ -82,11 +82,15 @@ TOWER_ALWAYS_INLINE void lrn_image_body(const float* x, const float* dy, float* 
   }
 }
 
-[[gnu::target_clones("avx512f", "avx2", "default")]] void lrn_image(const float* x, const float* dy,
-                                                                    float* out, float* sq, float* d,
-                                                                    float* t, int64_t channels,
-                                                                    int64_t plane,
-                                                                    const ops::LRNAttrs& a) {
+// ThreadSanitizer's runtime is not up yet when the dynamic loader runs the clones' resolver (it
+// crashes at start-up), so tsan builds compile one generic version.
+#if defined(__SANITIZE_THREAD__)
+#define TOWER_LRN_CLONES
+#else
+#define TOWER_LRN_CLONES [[gnu::target_clones("avx512f", "avx2", "default")]]
+#endif
+TOWER_LRN_CLONES void lrn_image(const float* x, const float* dy, float* out, float* sq, float* d,
+                                float* t, int64_t channels, int64_t plane, const ops::LRNAttrs& a) {
   auto run = [&]<Exponent kExponent>() {
     if (dy == nullptr)
       lrn_image_body<false, kExponent>(x, dy, out, sq, d, t, channels, plane, a);

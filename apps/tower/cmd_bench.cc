@@ -14,7 +14,7 @@
 #include "tower/core/philox.h"
 #include "tower/models/model.h"
 #include "tower/parallel/data_parallel.h"
-#include "tower/train/optimizer.h"
+#include "tower/train/trainer.h"
 
 namespace tower::cli {
 namespace {
@@ -164,27 +164,16 @@ void run_bench(const Flags& flags) {
     options.deterministic = flags.deterministic;
     options.precision = parse_precision(flags.precision);
     options.bucket_bytes = static_cast<size_t>(flags.bucket_mb * (1 << 20));
-    DataParallel dp(
-        model.default_input, local_batch,
-        [&](const Scope& scope, Value x, Value y) {
-          ModelOutputs out = model.build(scope, x, 10, Mode::train);
-          return TowerOutputs{
-              classification_loss(scope, out.logits, y).total_loss, {}, out.updates};
-        },
-        options);
-    std::vector<std::unique_ptr<Optimizer>> optimizers;
-    std::vector<std::vector<Param>> params;
-    for (int r = 0; r < dp.num_replicas(); ++r) {
-      params.push_back(replica_params(dp, r));
-      optimizers.push_back(make_optimizer(OptimizerConfig{}));
-      optimizers.back()->init(params.back());
-    }
+    // The towers and optimizers of `tower train` (plain SGD), on synthetic data.
+    Towers towers =
+        build_towers(model, model.default_input, local_batch, 10, options, OptimizerConfig{});
+    DataParallel& dp = *towers.dp;
+    ThreadPool update_pool(dp.num_replicas() - 1);
     int64_t step = 0;
     std::vector<ReduceTrace> traces;
     auto train_step = [&] {
       dp.step(images, labels, static_cast<uint64_t>(step));
-      for (int r = 0; r < dp.num_replicas(); ++r)
-        optimizers[static_cast<size_t>(r)]->apply(params[static_cast<size_t>(r)], 0.01f, step);
+      towers.update(0.01f, step, 0, update_pool);
       traces.push_back(dp.reducer().trace());
       ++step;
     };

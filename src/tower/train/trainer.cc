@@ -229,13 +229,6 @@ class Run {
   }
 
   void build_towers() {
-    const int num_classes = train_set_->num_classes;
-    TowerFn tower_fn = [this, num_classes](const Scope& scope, Value images, Value labels) {
-      ModelOutputs out = model_.build(scope, images, num_classes, Mode::train);
-      LossOutputs loss = classification_loss(scope, out.logits, labels);
-      Value accuracy = ops::accuracy(scope, out.logits, labels);
-      return TowerOutputs{loss.total_loss, {loss.cross_entropy, accuracy}, out.updates};
-    };
     DataParallelOptions options;
     options.devices = plan_.devices;
     options.threads = plan_.threads;
@@ -245,16 +238,12 @@ class Run {
     options.seed = config_.seed;
     options.deterministic = config_.deterministic;
     options.precision = config_.precision;
-    dp_ = std::make_unique<DataParallel>(pipeline_->image_shape(), local_batch_, tower_fn, options);
+    towers_ = tower::build_towers(model_, pipeline_->image_shape(), local_batch_,
+                                  train_set_->num_classes, options, config_.optimizer);
+    dp_ = towers_.dp.get();
     if (config_.log_device_placement && chief_)
       for (int t = 0; t < dp_->num_towers(); ++t)
         std::fputs(dp_->program(t).placement_log().c_str(), stderr);
-    // One optimizer per replica: identical inputs, identical updates, identical replicas.
-    for (int r = 0; r < dp_->num_replicas(); ++r) {
-      params_.push_back(replica_params(*dp_, r));
-      optimizers_.push_back(make_optimizer(config_.optimizer));
-      optimizers_.back()->init(params_.back());
-    }
     schedule_ = parse_lr_schedule(config_.lr_schedule, config_.lr, steps_per_epoch_, total_steps_);
     if (config_.ema_decay > 0) {
       ema_ = std::make_unique<ExponentialMovingAverage>(config_.ema_decay);
@@ -271,7 +260,7 @@ class Run {
     for (int r = 0; r < (all_replicas ? dp_->num_replicas() : 1); ++r) {
       for (const std::string& name : dp_->replica(r).names())
         all.push_back({name, &dp_->replica(r).get(name)});
-      for (auto& slot : optimizers_[static_cast<size_t>(r)]->slots()) all.push_back(slot);
+      for (auto& slot : towers_.optimizers[static_cast<size_t>(r)]->slots()) all.push_back(slot);
     }
     if (ema_)
       for (auto& shadow : ema_->shadows()) all.push_back(shadow);
@@ -395,19 +384,10 @@ class Run {
                   static_cast<long long>(step_));
   }
 
-  // The optimizer step on every replica, side by side (each gets identical bits anyway).
   float update(int64_t step) {
     trace::Slice slice("step", "optimizer");
     const float lr = schedule_->lr(step);
-    update_pool_->parallel_for(dp_->num_replicas(), [&](int64_t r) {
-      auto& replica_params = params_[static_cast<size_t>(r)];
-      if (config_.clip_norm > 0) {
-        std::vector<Tensor*> grads;
-        for (auto& p : replica_params) grads.push_back(const_cast<Tensor*>(p.grad));
-        clip_by_global_norm(grads, config_.clip_norm);
-      }
-      optimizers_[static_cast<size_t>(r)]->apply(replica_params, lr, step);
-    });
+    towers_.update(lr, step, config_.clip_norm, *update_pool_);
 #ifndef NDEBUG
     TOWER_CHECK_MSG(dp_->replicas_identical(), "replicas diverged at step {}", step);
 #endif
@@ -542,9 +522,8 @@ class Run {
   std::unique_ptr<InputPipeline> pipeline_;
   int64_t steps_per_epoch_ = 0, total_steps_ = 0, step_ = 0, first_step_ = 0;
   bool resumed_ = false;
-  std::unique_ptr<DataParallel> dp_;
-  std::vector<std::unique_ptr<Optimizer>> optimizers_;
-  std::vector<std::vector<Param>> params_;
+  Towers towers_;
+  DataParallel* dp_ = nullptr;
   std::unique_ptr<LrSchedule> schedule_;
   std::unique_ptr<ExponentialMovingAverage> ema_;
   std::unique_ptr<ThreadPool> update_pool_;
@@ -559,6 +538,39 @@ class Run {
 };
 
 }  // namespace
+
+Towers build_towers(const ModelDef& model, const Shape& example_shape, int64_t batch,
+                    int num_classes, const DataParallelOptions& options,
+                    const OptimizerConfig& optimizer) {
+  TowerFn tower_fn = [&model, num_classes](const Scope& scope, Value images, Value labels) {
+    ModelOutputs out = model.build(scope, images, num_classes, Mode::train);
+    LossOutputs loss = classification_loss(scope, out.logits, labels);
+    Value accuracy = ops::accuracy(scope, out.logits, labels);
+    return TowerOutputs{loss.total_loss, {loss.cross_entropy, accuracy}, out.updates};
+  };
+  Towers towers;
+  towers.dp = std::make_unique<DataParallel>(example_shape, batch, tower_fn, options);
+  // One optimizer per replica: identical inputs, identical updates, identical replicas.
+  for (int r = 0; r < towers.dp->num_replicas(); ++r) {
+    towers.params.push_back(replica_params(*towers.dp, r));
+    towers.optimizers.push_back(make_optimizer(optimizer));
+    towers.optimizers.back()->init(towers.params.back());
+  }
+  return towers;
+}
+
+void Towers::update(float lr, int64_t step, float clip_norm, ThreadPool& pool) {
+  // Replicas are independent: updated side by side (each gets identical bits anyway).
+  pool.parallel_for(dp->num_replicas(), [&](int64_t r) {
+    auto& replica_params = params[static_cast<size_t>(r)];
+    if (clip_norm > 0) {
+      std::vector<Tensor*> grads;
+      for (auto& p : replica_params) grads.push_back(const_cast<Tensor*>(p.grad));
+      clip_by_global_norm(grads, clip_norm);
+    }
+    optimizers[static_cast<size_t>(r)]->apply(replica_params, lr, step);
+  });
+}
 
 TrainConfig TrainConfig::for_model(const std::string& model) {
   TrainConfig config;

@@ -11,6 +11,7 @@
 #include "tower/core/device.h"
 #include "tower/models/model.h"
 #include "tower/parallel/communicator.h"
+#include "tower/parallel/data_parallel.h"
 #include "tower/parallel/gradient_reducer.h"
 #include "tower/train/optimizer.h"
 
@@ -62,6 +63,19 @@ void apply_recipe(TrainConfig& config, const Recipe& recipe);
 
 // Every field checked up front (finite, in range, consistent); the error names the flag.
 void validate(const TrainConfig& config);
+
+// A built-in model's towers with one optimizer per replica: the stage of train() that `tower
+// bench` reuses. Each tower fetches its total loss, then the cross-entropy and the accuracy.
+struct Towers {
+  std::unique_ptr<DataParallel> dp;
+  std::vector<std::unique_ptr<Optimizer>> optimizers;  // one per replica
+  std::vector<std::vector<Param>> params;              // of each replica
+  // The optimizer step on every replica (clipped to clip_norm when > 0), side by side on `pool`.
+  void update(float lr, int64_t step, float clip_norm, ThreadPool& pool);
+};
+Towers build_towers(const ModelDef& model, const Shape& example_shape, int64_t batch,
+                    int num_classes, const DataParallelOptions& options,
+                    const OptimizerConfig& optimizer);
 
 struct TrainResult {
   int64_t steps = 0;

@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <stdexcept>
+#include <thread>
 
 #include "tower/core/error.h"
 
@@ -38,6 +40,33 @@ TEST(ThreadPoolTest, ZeroThreadsRunsInline) {
   EXPECT_EQ(sum, 6);
   pool.submit([&] { sum = -1; }).get();
   EXPECT_EQ(sum, -1);
+}
+
+TEST(ThreadPoolTest, WaitAllWaitsForEveryTaskAndReturnsTheFirstError) {
+  ThreadPool pool(2);
+  std::atomic<int> done{0};
+  std::vector<std::future<void>> futures;
+  futures.push_back(pool.submit([&] { ++done; }));
+  futures.push_back(pool.submit([&] {
+    ++done;
+    throw std::runtime_error("first");
+  }));
+  futures.push_back(pool.submit([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    ++done;
+    throw std::runtime_error("second");
+  }));
+  std::exception_ptr error = wait_all(futures);
+  EXPECT_EQ(done.load(), 3);
+  ASSERT_TRUE(error);
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "first");
+  }
+  std::vector<std::future<void>> fine;
+  fine.push_back(pool.submit([] {}));
+  EXPECT_FALSE(wait_all(fine));
 }
 
 }  // namespace tower

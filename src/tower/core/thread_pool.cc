@@ -80,4 +80,16 @@ void ThreadPool::worker_loop() {
   }
 }
 
+std::exception_ptr wait_all(std::vector<std::future<void>>& futures) {
+  std::exception_ptr first;
+  for (auto& f : futures) {
+    try {
+      f.get();
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  return first;
+}
+
 }  // namespace tower

@@ -3,6 +3,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <future>
 #include <mutex>
@@ -35,5 +36,9 @@ class ThreadPool {
   std::condition_variable cv_;
   bool stopping_ = false;
 };
+
+// Waits for every future and returns the first exception any of them threw (null if none), so
+// that nothing is left running when the error goes up.
+std::exception_ptr wait_all(std::vector<std::future<void>>& futures);
 
 }  // namespace tower

@@ -207,14 +207,7 @@ StepResult DataParallel::step(const Tensor& images, const Tensor& labels, uint64
       }
     }));
   }
-  std::exception_ptr error;
-  for (auto& f : running) {
-    try {
-      f.get();
-    } catch (...) {
-      if (!error) error = std::current_exception();
-    }
-  }
+  std::exception_ptr error = wait_all(running);
   try {
     reducer_->finish();
   } catch (...) {

@@ -190,14 +190,7 @@ class AllReduceReducer : public GradientReducer {
 
   void finish() override {
     auto t0 = Clock::now();
-    std::exception_ptr error;
-    for (auto& f : pending_) {
-      try {
-        f.get();
-      } catch (...) {
-        if (!error) error = std::current_exception();
-      }
-    }
+    std::exception_ptr error = wait_all(pending_);
     pending_.clear();
     std::lock_guard<std::mutex> lock(mutex_);
     trace_.finish_wait_seconds = seconds_since(t0);

@@ -158,7 +158,13 @@ TEST_F(MpiTest, KillingOneRankEndsTheJobAndResumingIsBitwiseIdentical) {
   const double seconds = std::chrono::duration<double>(Clock::now() - killed_at).count();
   EXPECT_NE(code, 0) << read_file(dirs / "killed.log");
   EXPECT_LT(seconds, 30.0) << "the job outlived its killed rank";
-  for (pid_t rank : ranks) EXPECT_FALSE(alive(rank)) << "rank process " << rank << " survived";
+  // mpirun may return while the kernel is still tearing down the last rank: a few seconds of grace
+  // (a rank stuck for good still fails).
+  for (pid_t rank : ranks) {
+    for (int i = 0; i < 500 && alive(rank); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_FALSE(alive(rank)) << "rank process " << rank << " survived";
+  }
   ASSERT_LT(checkpoint_list(dirs / "killed").back(), steps) << "the run ended before it was killed";
 
   auto resumed = run_command(ranks_command(2, train_flags(dirs / "killed", 1, steps)));

@@ -2,8 +2,10 @@
 // a tower::Error becomes one line on stderr and exit code 1; bad usage exits with code 2. Under
 // mpirun, a rank that fails ends the whole job (MPI_Abort), so no other rank waits for it.
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <filesystem>
 #include <string>
@@ -35,6 +37,19 @@ int fail_job(const std::string& message, int code) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // OpenMP threads that wait by spinning hold on to cores that a busy machine needs elsewhere:
+  // with one core taken by another process, cifar10 trains 20-55% faster when the team waits
+  // passively, and about as fast on a quiet machine. libgomp reads the policy when it is loaded,
+  // before main, so tower sets it (unless the user did) and starts again.
+  if (std::getenv("OMP_WAIT_POLICY") == nullptr) {
+    setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+    char self[4096];  // the binary's own path, so that ps and top still say "tower"
+    const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n > 0) {
+      self[n] = '\0';
+      execv(self, argv);  // on failure, go on with the default policy
+    }
+  }
   CLI::App app{"tower: synchronous data-parallel training of neural networks on every device"};
   app.set_version_flag("--version", std::string("tower ") + TOWER_VERSION);
   app.require_subcommand(1);

@@ -38,7 +38,7 @@ int fail_job(const std::string& message, int code) {
 
 int main(int argc, char** argv) {
   // OpenMP threads that wait by spinning hold on to cores that a busy machine needs elsewhere:
-  // with one core taken by another process, cifar10 trains 20-55% faster when the team waits
+  // with one core taken by another process, cifar10 trains 25-34% faster when the team waits
   // passively, and about as fast on a quiet machine. libgomp reads the policy when it is loaded,
   // before main, so tower sets it (unless the user did) and starts again.
   if (std::getenv("OMP_WAIT_POLICY") == nullptr) {

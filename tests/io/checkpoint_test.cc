@@ -136,6 +136,19 @@ TEST(CheckpointTest, LeftoverTempFilesAreIgnoredAndCleanedUp) {
   EXPECT_FALSE(fs::exists(dir / "model.ckpt-300.safetensors"));
 }
 
+TEST(CheckpointTest, IncompleteStepsAndTheIndexedPrefix) {
+  TmpDir dir;
+  EXPECT_FALSE(checkpoint_indexed(dir.path()));
+  for (int64_t step : {10, 20, 30}) save(dir, step, 0);
+  fs::remove(dir / "model.ckpt-30.json");         // an interrupted save
+  fs::remove(dir / "model.ckpt-10.json");         // deleted by hand
+  fs::remove(dir / "model.ckpt-20.safetensors");  // the other way round: neither list has it
+  EXPECT_EQ(checkpoint_list_incomplete(dir.path()), std::vector<int64_t>({10, 30}));
+  EXPECT_TRUE(checkpoint_list(dir.path()).empty());
+  ASSERT_TRUE(checkpoint_indexed(dir.path()));
+  EXPECT_EQ(*checkpoint_indexed(dir.path()), dir / "model.ckpt-30");
+}
+
 TEST(CheckpointTest, LatestFallsBackToScanning) {
   TmpDir dir;
   for (int64_t step : {5, 7, 6}) save(dir, step, 0);

@@ -171,18 +171,34 @@ CheckpointData checkpoint_load(const std::string& prefix_or_file) {
   return data;
 }
 
-std::vector<int64_t> checkpoint_list(const std::string& dir) {
+namespace {
+// Steps of the files model.ckpt-<step><ext> in `dir` whose prefix `keep` accepts, ascending.
+template <typename Keep>
+std::vector<int64_t> steps_of(const std::string& dir, std::string_view ext, Keep keep) {
   std::vector<int64_t> steps;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     std::string name = entry.path().filename().string();
-    if (!std::string_view(name).ends_with(kStateExt)) continue;
-    auto step =
-        parse_checkpoint_name(std::string_view(name).substr(0, name.size() - kStateExt.size()));
-    if (step && is_complete(checkpoint_prefix(dir, *step))) steps.push_back(*step);
+    if (!std::string_view(name).ends_with(ext)) continue;
+    auto step = parse_checkpoint_name(std::string_view(name).substr(0, name.size() - ext.size()));
+    if (step && keep(checkpoint_prefix(dir, *step))) steps.push_back(*step);
   }
   std::sort(steps.begin(), steps.end());
   return steps;
 }
+}  // namespace
+
+std::vector<int64_t> checkpoint_list(const std::string& dir) {
+  return steps_of(dir, kStateExt, is_complete);
+}
+
+std::vector<int64_t> checkpoint_list_incomplete(const std::string& dir) {
+  return steps_of(dir, kTensorsExt, [](const std::string& prefix) {
+    std::error_code ec;
+    return !fs::exists(prefix + std::string(kStateExt), ec);
+  });
+}
+
+std::optional<std::string> checkpoint_indexed(const std::string& dir) { return read_index(dir); }
 
 }  // namespace tower

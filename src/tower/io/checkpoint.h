@@ -46,4 +46,11 @@ CheckpointData checkpoint_load(const std::string& prefix);
 // Steps of the complete checkpoints (both files present) in `dir`, ascending; empty if no dir.
 std::vector<int64_t> checkpoint_list(const std::string& dir);
 
+// Steps whose tensors file is in `dir` without its state file (an interrupted save, or a state
+// file deleted by hand), ascending.
+std::vector<int64_t> checkpoint_list_incomplete(const std::string& dir);
+
+// The prefix the index file of `dir` names as latest, complete or not; nothing without an index.
+std::optional<std::string> checkpoint_indexed(const std::string& dir);
+
 }  // namespace tower

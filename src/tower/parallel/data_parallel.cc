@@ -305,17 +305,12 @@ DevicePlan select_devices(const DeviceRequest& request, const Communicator& comm
   plan.cores = request.threads > 0 ? request.threads : cores_per_rank(comm);
   if (!request.devices.empty()) {
     const int cpus = cpu_info().num_cores;
-    for (size_t i = 0; i < request.devices.size(); ++i) {
-      const Device& d = request.devices[i];
-      for (size_t j = 0; j < i; ++j)
-        if (request.devices[j] == d)
-          fail("--devices lists {} twice (one tower per device)", d.to_string());
+    for (const Device& d : request.devices)
       if (d.kind == DeviceKind::cpu && d.index >= cpus)
         fail(
             "--devices: {} does not exist; this machine has {} logical CPU device{} (cpu:0 to "
             "cpu:{}), one per core",
             d.to_string(), cpus, cpus == 1 ? "" : "s", cpus - 1);
-    }
     plan.devices =
         resolve_devices(request.devices, request.allow_soft_placement, comm.local_rank());
   } else {

@@ -144,8 +144,8 @@ struct DevicePlan {
 constexpr int kMaxTowersPerRank = 1024;
 // The one place where devices are chosen (train, eval, bench, the examples): checks that every
 // device exists (cpu:N up to the machine's logical devices, one per core; cuda:N through
-// resolve_devices), none is listed twice, and --num_devices is at most kMaxTowersPerRank; each
-// error names the flag.
+// resolve_devices) and that --num_devices is at most kMaxTowersPerRank; each error names the
+// flag. (parse_device_list refuses a device listed twice.)
 DevicePlan select_devices(const DeviceRequest& request, const Communicator& comm);
 
 }  // namespace tower

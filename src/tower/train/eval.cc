@@ -36,9 +36,9 @@ EvalResult evaluate_checkpoint(const EvalConfig& config) {
     checkpoint = load_training_checkpoint(prefix);
   } catch (const Error& e) {
     if (!latest) throw;
-    const int64_t step =
-        checkpoint_list(config.train_dir).empty() ? 0 : checkpoint_list(config.train_dir).back();
-    fail("{}\n{}", e.what(), older_checkpoint_hint(config.train_dir, step, "--checkpoint"));
+    const std::vector<int64_t> steps = checkpoint_list(config.train_dir);
+    fail("{}\n{}", e.what(),
+         older_checkpoint_hint(config.train_dir, steps.empty() ? 0 : steps.back(), "--checkpoint"));
   }
   const TrainingState& state = checkpoint.state;
   const ModelDef& model = get_model(state.run.model);

@@ -593,7 +593,7 @@ void apply_recipe(TrainConfig& config, const Recipe& recipe) {
 }
 
 void validate(const TrainConfig& c) {
-  get_model(c.model);
+  const ModelDef& model = get_model(c.model);
   parse_dataset_spec(c.data);
   check_count("--batch_size", c.batch_size, 1, kMaxBatch);
   check_count("--max_steps", c.max_steps, 0, kMaxSteps);
@@ -606,8 +606,7 @@ void validate(const TrainConfig& c) {
   check_number("--clip_norm", c.clip_norm, 0, 1e30, "a number >= 0 (0: no clipping)");
   if (!std::isfinite(c.ema_decay) || c.ema_decay < 0 || c.ema_decay >= 1)
     fail("--ema_decay must be in [0, 1) (0: no moving average), got {}", c.ema_decay);
-  input_transforms(c.augmentation, get_model(c.model).default_input,
-                   get_model(c.model).default_input);
+  input_transforms(c.augmentation, model.default_input, model.default_input);
   check_count("--num_preprocess_threads", c.num_preprocess_threads, 0, 256);
   check_count("--log_every", c.log_every, 0, kMaxSteps);
   check_count("--save_every_steps", c.save_every_steps, 0, kMaxSteps);

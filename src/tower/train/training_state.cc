@@ -1,9 +1,7 @@
 #include "tower/train/training_state.h"
 
-#include <cinttypes>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 
 #include "tower/core/error.h"
@@ -124,18 +122,6 @@ TrainingState validated_state(const CheckpointData& data) {
   return state;
 }
 
-// The checkpoint the index file names, when it names one.
-std::optional<std::string> indexed_prefix(const std::string& dir) {
-  std::ifstream in(std::filesystem::path(dir) / "checkpoint");
-  std::string line;
-  constexpr std::string_view key = "model_checkpoint_path: \"";
-  while (std::getline(in, line))
-    if (line.starts_with(key) && line.size() > key.size() + 1 && line.back() == '"') {
-      std::filesystem::path named = line.substr(key.size(), line.size() - key.size() - 1);
-      return named.is_absolute() ? named.string() : (std::filesystem::path(dir) / named).string();
-    }
-  return std::nullopt;
-}
 }  // namespace
 
 TrainingCheckpoint load_training_checkpoint(const std::string& prefix) {
@@ -164,8 +150,8 @@ std::optional<TrainingCheckpoint> find_resume_checkpoint(const std::string& dir)
   const std::vector<int64_t> steps = checkpoint_list(dir);
   // The index is written after the state file, so an index naming a checkpoint without one means
   // that files were deleted: starting over would overwrite what is left.
-  if (auto named = indexed_prefix(dir); named && !std::filesystem::exists(*named + ".json") &&
-                                        std::filesystem::exists(*named + ".safetensors"))
+  if (auto named = checkpoint_indexed(dir); named && !std::filesystem::exists(*named + ".json") &&
+                                            std::filesystem::exists(*named + ".safetensors"))
     fail(
         "'{}/checkpoint' names {}, but its state file {}.json is missing (deleted?); {}, or use "
         "another --train_dir",
@@ -176,20 +162,12 @@ std::optional<TrainingCheckpoint> find_resume_checkpoint(const std::string& dir)
                                     checkpoint_prefix(dir, steps.back())));
   // Tensors without their state file and newer than every complete checkpoint: a save that was
   // interrupted (the state file is written second). Said, then left to be overwritten.
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    int64_t step = -1;
-    if (std::sscanf(name.c_str(), "model.ckpt-%" SCNd64 ".safetensors", &step) != 1 || step < 0 ||
-        name != fmt::format("model.ckpt-{}.safetensors", step) ||
-        (!steps.empty() && step <= steps.back()) ||
-        std::filesystem::exists(checkpoint_prefix(dir, step) + ".json"))
-      continue;
-    std::fprintf(stderr,
-                 "%swarning: ignoring %s: its state file is missing (a save that was "
-                 "interrupted?); it will be overwritten\n",
-                 log_prefix().c_str(), entry.path().string().c_str());
-  }
+  for (int64_t step : checkpoint_list_incomplete(dir))
+    if (steps.empty() || step > steps.back())
+      std::fprintf(stderr,
+                   "%swarning: ignoring %s.safetensors: its state file is missing (a save that was "
+                   "interrupted?); it will be overwritten\n",
+                   log_prefix().c_str(), checkpoint_prefix(dir, step).c_str());
   for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
     const std::string prefix = checkpoint_prefix(dir, *it);
     CheckpointData data;

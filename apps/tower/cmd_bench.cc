@@ -23,6 +23,7 @@ struct Flags {
   std::string model = "cifar10", mode = "train", strategy = "allreduce", devices,
               precision = "fp32";
   int64_t batch_size = 128;
+  int64_t micro_batch_size = 0;
   int threads = 0, num_devices = 1, steps = 10, windows = 5;
   double bucket_mb = 25;
   bool deterministic = true;
@@ -164,6 +165,7 @@ void run_bench(const Flags& flags) {
     options.deterministic = flags.deterministic;
     options.precision = parse_precision(flags.precision);
     options.bucket_bytes = static_cast<size_t>(flags.bucket_mb * (1 << 20));
+    options.micro_batch = flags.micro_batch_size;
     // The towers and optimizers of `tower train` (plain SGD), on synthetic data.
     Towers towers =
         build_towers(model, model.default_input, local_batch, 10, options, OptimizerConfig{});
@@ -178,7 +180,9 @@ void run_bench(const Flags& flags) {
       ++step;
     };
     seconds = median_seconds_per_step(flags, train_step);
-    flops = graph_flops(dp.graph()) * comm.size();
+    // With micro-batches the graph is one micro-batch's, run local_batch / micro times per rank.
+    flops = graph_flops(dp.graph()) * comm.size() *
+            (flags.micro_batch_size > 0 ? local_batch / flags.micro_batch_size : 1);
     // Mean over the timed steps of: all work of the reducer threads, the time in cross-rank
     // collectives, and the part of the step spent waiting for the reduction after every tower had
     // finished its backward pass (what overlap did not hide).
@@ -222,6 +226,7 @@ void run_bench(const Flags& flags) {
   nlohmann::json line = {{"model", flags.model},
                          {"mode", flags.mode},
                          {"batch_size", flags.batch_size},
+                         {"micro_batch_size", flags.micro_batch_size},
                          {"threads", cores},
                          {"precision", flags.precision},
                          {"num_devices", flags.num_devices},
@@ -247,6 +252,10 @@ CommandRegistrar registrar{
            ->capture_default_str();
        app.add_option("--batch_size", flags.batch_size, "Global batch (all towers and ranks)")
            ->capture_default_str()
+           ->check(positive);
+       app.add_option("--micro_batch_size", flags.micro_batch_size,
+                      "Train mode: micro-batches of this size summed by one fixed tree (as tower "
+                      "train)")
            ->check(positive);
        app.add_option("--threads", flags.threads, "Threads in all (default: all cores)");
        app.add_option("--num_devices", flags.num_devices, "Towers (train mode)")

@@ -53,6 +53,8 @@ void run_train(Flags& flags) {
       fail("--num_gpus cannot be combined with --devices or --num_devices");
     for (int i = 0; i < flags.num_gpus; ++i) config.devices.push_back({DeviceKind::cuda, i});
   }
+  if (flags.app->count("--batch_size") > 0 && flags.app->count("--global_batch_size") > 0)
+    fail("--batch_size (per tower) and --global_batch_size (per step) exclude each other");
   config.strategy = parse_strategy(flags.strategy);
   config.precision = parse_precision(flags.precision);
   TrainResult result = train(config);
@@ -95,6 +97,14 @@ CommandRegistrar registrar{
            ->capture_default_str()
            ->check(positive);
        app.add_option("--batch_size", c.batch_size, "Examples per tower per step (recipe)")
+           ->check(positive);
+       app.add_option("--global_batch_size", c.global_batch_size,
+                      "Examples per step, all towers and ranks together (with "
+                      "--micro_batch_size, instead of --batch_size)")
+           ->check(positive);
+       app.add_option("--micro_batch_size", c.micro_batch_size,
+                      "Cut each step into micro-batches of this size, summed by one fixed tree: "
+                      "the same weights on any number of towers and ranks")
            ->check(positive);
        app.add_option("--max_steps", c.max_steps, "Stop after this many steps (overrides --epochs)")
            ->check(non_negative);

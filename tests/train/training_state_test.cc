@@ -12,7 +12,14 @@ TrainingState example() {
   s.step = 1200;
   s.epoch = 3;
   s.epoch_step = 17;
-  s.run = {"cifar10", "cifar10:/data", 64, 2, 1, "allreduce", "sgd", 7};
+  s.run = {.model = "cifar10",
+           .data = "cifar10:/data",
+           .batch_size = 64,
+           .num_towers = 2,
+           .ranks = 1,
+           .strategy = "allreduce",
+           .optimizer = "sgd",
+           .seed = 7};
   s.devices = {"cpu:0", "cpu:1"};
   s.ema = true;
   s.augmentation = "cifar10";

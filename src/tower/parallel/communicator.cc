@@ -30,6 +30,9 @@ class SingleCommunicator : public Communicator {
   void allreduce_sum(float*, int64_t) override {}
   void broadcast(void*, size_t, int) override {}
   std::vector<std::string> allgather(const std::string& mine) override { return {mine}; }
+  void allgather(const float* mine, int64_t count, float* all) override {
+    std::copy(mine, mine + count, all);
+  }
   [[noreturn]] void abort(int exit_code) override { std::_Exit(exit_code); }
 };
 
@@ -66,6 +69,12 @@ class ThreadCommunicator : public Communicator {
     std::memcpy(data, all[static_cast<size_t>(root)].data(), bytes);
   }
   std::vector<std::string> allgather(const std::string& mine) override { return exchange(mine); }
+  void allgather(const float* mine, int64_t count, float* all) override {
+    const auto parts = exchange(std::string(reinterpret_cast<const char*>(mine),
+                                            static_cast<size_t>(count) * sizeof(float)));
+    for (size_t r = 0; r < parts.size(); ++r)
+      std::memcpy(all + static_cast<int64_t>(r) * count, parts[r].data(), parts[r].size());
+  }
   [[noreturn]] void abort(int exit_code) override { std::_Exit(exit_code); }
 
  private:

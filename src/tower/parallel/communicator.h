@@ -33,6 +33,8 @@ class Communicator {
   virtual void broadcast(void* data, size_t bytes, int root) = 0;
   // Every rank's string, indexed by rank.
   virtual std::vector<std::string> allgather(const std::string& mine) = 0;
+  // Every rank's `count` floats, one after the other in rank order, into `all` (size() * count).
+  virtual void allgather(const float* mine, int64_t count, float* all) = 0;
   // Ends every process of the job now, with this exit code.
   [[noreturn]] virtual void abort(int exit_code) = 0;
 

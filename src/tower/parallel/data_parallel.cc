@@ -5,6 +5,7 @@
 #include <exception>
 
 #include "tower/core/allocator.h"
+#include "tower/core/philox.h"
 #include "tower/core/trace.h"
 #include "tower/graph/gradients.h"
 
@@ -15,7 +16,7 @@ namespace tower {
 // make the reducer.
 DataParallel::DataParallel(const Shape& example_shape, int64_t global_batch,
                            const TowerFn& tower_fn, DataParallelOptions options)
-    : comm_(options.comm), global_batch_(global_batch) {
+    : comm_(options.comm), global_batch_(global_batch), micro_batch_(options.micro_batch) {
   if (comm_ == nullptr) {
     own_comm_ = make_single_communicator();
     comm_ = own_comm_.get();
@@ -29,11 +30,21 @@ DataParallel::DataParallel(const Shape& example_shape, int64_t global_batch,
 void DataParallel::check_devices(const DataParallelOptions& options) {
   const int n = static_cast<int>(options.devices.size());
   if (n == 0) fail("no devices given: pass --devices cpu:0,... or --num_devices N");
-  if (global_batch_ < n)
+  if (micro_batch_ > 0) {
+    if (global_batch_ % micro_batch_ != 0)
+      fail("this rank's batch of {} examples is not a whole number of micro-batches of {}",
+           global_batch_, micro_batch_);
+    if (global_batch_ / micro_batch_ < n)
+      fail(
+          "this rank has {} micro-batches of {} per step but {} towers: every tower needs at "
+          "least one micro-batch",
+          global_batch_ / micro_batch_, micro_batch_, n);
+  } else if (global_batch_ < n) {
     fail(
         "the global batch ({}) is smaller than the number of towers ({}): every tower needs at "
         "least one example",
         global_batch_, n);
+  }
   for (const Device& d : options.devices)
     if (d.kind != options.devices[0].kind)
       fail(
@@ -43,12 +54,15 @@ void DataParallel::check_devices(const DataParallelOptions& options) {
   staged_ = options.stage_through_host || options.devices[0].kind != DeviceKind::cpu;
 #ifdef TOWER_HAVE_NCCL
   // GPU towers with mirrored replicas reduce on the GPUs; central keeps the classic host average.
-  nccl_ = options.devices[0].kind == DeviceKind::cuda && options.strategy == Strategy::allreduce;
+  nccl_ = options.devices[0].kind == DeviceKind::cuda && options.strategy == Strategy::allreduce &&
+          micro_batch_ == 0;
 #endif
 }
 
 // The model function once per device under "tower_<i>" (tower 0 creates the variables, the others
-// reuse them), each with its slice of the batch and the gradients of its loss.
+// reuse them), each with its slice of the batch and the gradients of its loss. With micro-batches
+// it is built once, for one micro-batch, and every tower compiles that same graph: its nodes (and
+// so the keys of their random numbers) do not depend on the tower.
 void DataParallel::build_graph(const Shape& example_shape, const TowerFn& tower_fn,
                                const DataParallelOptions& options) {
   const int n = static_cast<int>(options.devices.size());
@@ -57,22 +71,34 @@ void DataParallel::build_graph(const Shape& example_shape, const TowerFn& tower_
   TOWER_CHECK(static_cast<int>(threads.size()) == n);
   graph_.seed = options.seed;
   Scope root(graph_);
+  // What is shared out: examples, or micro-batches of `unit` examples.
+  const int64_t unit = micro_batch_ > 0 ? micro_batch_ : 1, units = global_batch_ / unit;
   int64_t offset = 0;
   towers_.resize(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) {
     Tower& t = towers_[static_cast<size_t>(i)];
     t.device = options.devices[static_cast<size_t>(i)];
     t.threads = threads[static_cast<size_t>(i)];
-    t.batch = global_batch_ / n + (i < global_batch_ % n ? 1 : 0);
+    t.batch = (units / n + (i < units % n ? 1 : 0)) * unit;
     t.offset = offset;
+    t.first_micro = comm_->rank() * units + offset / unit;
     offset += t.batch;
+    if (micro_batch_ > 0 && i > 0) {
+      const Tower& first = towers_[0];
+      t.images = first.images;
+      t.labels = first.labels;
+      t.outputs = first.outputs;
+      t.grads = first.grads;
+      continue;
+    }
     Scope scope = root.name_scope(fmt::format("tower_{}", i))
                       .with_device(t.device)
                       .with_reuse(i == 0 ? Reuse::no : Reuse::yes);
-    std::vector<int64_t> dims = {t.batch};
+    const int64_t rows = micro_batch_ > 0 ? micro_batch_ : t.batch;
+    std::vector<int64_t> dims = {rows};
     for (int64_t d : example_shape.dims()) dims.push_back(d);
     t.images = scope.placeholder("images", Shape(dims));
-    t.labels = scope.placeholder("labels", Shape{t.batch}, DType::i32);
+    t.labels = scope.placeholder("labels", Shape{rows}, DType::i32);
     t.outputs = tower_fn(scope, t.images, t.labels);
     if (i == 0) trainable_ = graph_.trainable_variables();
     std::vector<Value> xs;
@@ -100,7 +126,7 @@ void DataParallel::make_replicas(const DataParallelOptions& options) {
   std::vector<std::pair<std::string, std::string>> shapes;
   for (const VariableInfo& v : graph_.variables())
     shapes.emplace_back(v.name, v.value.shape().to_string());
-  shapes.emplace_back("towers", std::to_string(n));
+  if (micro_batch_ == 0) shapes.emplace_back("towers", std::to_string(n));  // else: any count
   shapes.emplace_back("batch", std::to_string(global_batch_));
   check_same_on_all_ranks(*comm_, shapes, "variables");
   for (auto& replica : replicas_) {
@@ -111,7 +137,8 @@ void DataParallel::make_replicas(const DataParallelOptions& options) {
 }
 
 // Each tower's Program (loss, metrics and gradients fetched; tower 0 also runs the updates), then
-// the reducer over the gradient buffers.
+// the reducer over the gradient buffers. With micro-batches the updates see only micro-batch 0
+// (rank 0's tower 0): tower 0 runs the others with a second program without them.
 void DataParallel::compile_towers(const DataParallelOptions& options) {
   const int n = num_towers();
   std::vector<std::vector<Tensor>> grad_buffers;
@@ -131,8 +158,11 @@ void DataParallel::compile_towers(const DataParallelOptions& options) {
     ProgramOptions program_options{t.device, t.threads};
     program_options.deterministic = options.deterministic;
     program_options.precision = options.precision;
-    t.program = std::make_unique<Program>(graph_, fetches, *vars, program_options,
-                                          i == 0 ? t.outputs.updates : std::vector<Value>{});
+    std::vector<Value> updates;
+    if (i == 0 && (micro_batch_ == 0 || t.first_micro == 0)) updates = t.outputs.updates;
+    t.program = std::make_unique<Program>(graph_, fetches, *vars, program_options, updates);
+    if (micro_batch_ > 0 && !updates.empty() && t.batch > micro_batch_)
+      t.plain = std::make_unique<Program>(graph_, fetches, *vars, program_options);
     t.worker = std::make_unique<ThreadPool>(1);
     if (t.device.kind != DeviceKind::cpu) {
       const DeviceOps& ops = device_ops(t.device.kind);
@@ -152,6 +182,20 @@ void DataParallel::compile_towers(const DataParallelOptions& options) {
     grad_buffers.push_back(std::move(views));
     weights.push_back(static_cast<float>(t.batch) /
                       static_cast<float>(global_batch_ * comm_->size()));
+  }
+  if (micro_batch_ > 0) {
+    std::vector<Shape> shapes;
+    for (const VariableInfo& v : trainable_) shapes.push_back(v.value.shape());
+    MicroBatchLayout layout;
+    layout.micro_batches = global_batch_ / micro_batch_ * comm_->size();
+    layout.rank_first = towers_[0].first_micro;
+    for (const Tower& t : towers_) layout.tower_count.push_back(t.batch / micro_batch_);
+    const int scalars = 1 + static_cast<int>(towers_[0].outputs.metrics.size());
+    auto tree =
+        std::make_unique<TreeReducer>(shapes, num_replicas(), std::move(layout), scalars, comm_);
+    tree_ = tree.get();
+    reducer_ = std::move(tree);
+    return;
   }
 #ifdef TOWER_HAVE_NCCL
   if (nccl_) {
@@ -190,17 +234,21 @@ StepResult DataParallel::step(const Tensor& images, const Tensor& labels, uint64
          images.shape().to_string(), labels.shape().to_string(), global_batch_);
   const bool prefetched = prefetched_ != nullptr && prefetched_ == images.raw_data();
   prefetched_ = nullptr;
-  for (Tower& t : towers_) {
-    if (!prefetched) copy_inputs(t, images, labels);
-    if (t.copy_stream != nullptr) device_ops(t.device.kind).synchronize(t.copy_stream);
-  }
+  if (micro_batch_ == 0)
+    for (Tower& t : towers_) {
+      if (!prefetched) copy_inputs(t, *t.program, images, labels, t.offset, t.batch);
+      if (t.copy_stream != nullptr) device_ops(t.device.kind).synchronize(t.copy_stream);
+    }
   reducer_->begin_step();
   std::vector<std::future<void>> running;
   for (size_t i = 0; i < towers_.size(); ++i) {
     Tower& t = towers_[i];
-    running.push_back(t.worker->submit([this, &t, i, step] {
+    running.push_back(t.worker->submit([this, &t, i, step, &images, &labels] {
       try {
-        run_tower(t, static_cast<int>(i), step);
+        if (micro_batch_ > 0)
+          run_micro_batches(t, static_cast<int>(i), step, images, labels);
+        else
+          run_tower(t, static_cast<int>(i), step);
       } catch (...) {
         reducer_->abort();  // the others must not wait for this tower's gradients
         throw;
@@ -220,6 +268,10 @@ StepResult DataParallel::step(const Tensor& images, const Tensor& labels, uint64
     for (const std::string& name : non_trainable_)
       replicas_[0]->get(name).copy_from(towers_[0].device_vars->get(name));
 
+  if (tree_ != nullptr) {
+    const std::vector<float>& means = tree_->mean_scalars();
+    return StepResult{means[0], std::vector<float>(means.begin() + 1, means.end())};
+  }
   // [loss, metrics...] weighted by each tower's share of the batch of all ranks.
   std::vector<float> sums(1 + towers_[0].outputs.metrics.size(), 0.0f);
   for (const Tower& t : towers_) {
@@ -232,20 +284,21 @@ StepResult DataParallel::step(const Tensor& images, const Tensor& labels, uint64
 }
 
 void DataParallel::prefetch(const Tensor& images, const Tensor& labels) {
-  if (towers_[0].copy_stream == nullptr) return;
+  if (towers_[0].copy_stream == nullptr || micro_batch_ > 0) return;
   TOWER_CHECK(images.shape().rank() >= 1 && images.shape()[0] == global_batch_ &&
               labels.shape() == Shape{global_batch_});
-  for (Tower& t : towers_) copy_inputs(t, images, labels);
+  for (Tower& t : towers_) copy_inputs(t, *t.program, images, labels, t.offset, t.batch);
   prefetched_ = images.raw_data();
 }
 
-// The tower's slice of the batch into its input buffers: directly on CPU towers; through its
-// page-locked buffer and copy stream on GPU towers (step() waits for the stream).
-void DataParallel::copy_inputs(Tower& t, const Tensor& images, const Tensor& labels) {
-  Tensor& in_images = t.program->input(t.images);
-  Tensor& in_labels = t.program->input(t.labels);
-  const Tensor x = images.slice(t.offset, t.offset + t.batch),
-               y = labels.slice(t.offset, t.offset + t.batch);
+// Rows [offset, offset + rows) of the batch into the program's input buffers: directly on CPU
+// towers; through the tower's page-locked buffer and copy stream on GPU towers (the caller waits
+// for the stream).
+void DataParallel::copy_inputs(Tower& t, Program& program, const Tensor& images,
+                               const Tensor& labels, int64_t offset, int64_t rows) {
+  Tensor& in_images = program.input(t.images);
+  Tensor& in_labels = program.input(t.labels);
+  const Tensor x = images.slice(offset, offset + rows), y = labels.slice(offset, offset + rows);
   if (t.copy_stream == nullptr) {
     in_images.copy_from(x);
     in_labels.copy_from(y);
@@ -275,6 +328,39 @@ void DataParallel::run_tower(Tower& t, int index, uint64_t step) {
     }
     if (fetch >= first_grad) reducer_->ready(index, fetch - first_grad);
   });
+}
+
+// On the tower's worker thread: each of its micro-batches in turn, forward and backward, its
+// gradients handed to the tree as it finishes. Random numbers (dropout) are keyed by the step and
+// the micro-batch, not the tower.
+void DataParallel::run_micro_batches(Tower& t, int index, uint64_t step, const Tensor& images,
+                                     const Tensor& labels) {
+  if (trace::active())
+    trace::name_thread(fmt::format("tower {} ({})", index, t.device.to_string()));
+  if (staged_) t.device_vars->copy_from(*replicas_[static_cast<size_t>(t.replica)]);
+  const int first_grad = 1 + static_cast<int>(t.outputs.metrics.size());
+  const int64_t rank_first = towers_[0].first_micro;
+  std::vector<const Tensor*> grads(t.grads.size());
+  std::vector<float> scalars(static_cast<size_t>(first_grad));
+  for (int64_t micro = t.first_micro; micro < t.first_micro + t.batch / micro_batch_; ++micro) {
+    Program& program = t.plain != nullptr && micro != 0 ? *t.plain : *t.program;
+    copy_inputs(t, program, images, labels, (micro - rank_first) * micro_batch_, micro_batch_);
+    if (t.copy_stream != nullptr) device_ops(t.device.kind).synchronize(t.copy_stream);
+    program.run(philox_stream(step, static_cast<uint64_t>(micro)));
+    for (int f = 0; f < program.num_fetches(); ++f) {
+      const Tensor* value = &program.output(f);
+      if (staged_) {
+        program.synchronize();
+        t.staged[static_cast<size_t>(f)].copy_from(*value);
+        value = &t.staged[static_cast<size_t>(f)];
+      }
+      if (f < first_grad)
+        scalars[static_cast<size_t>(f)] = value->data<float>()[0];
+      else
+        grads[static_cast<size_t>(f - first_grad)] = value;
+    }
+    tree_->add(index, micro, grads, scalars.data());
+  }
 }
 
 const Tensor& DataParallel::fetched(const Tower& t, int fetch) const {

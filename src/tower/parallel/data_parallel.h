@@ -12,6 +12,7 @@
 #include "tower/core/thread_pool.h"
 #include "tower/graph/graph.h"
 #include "tower/parallel/gradient_reducer.h"
+#include "tower/parallel/tree_reducer.h"
 #include "tower/runtime/program.h"
 #include "tower/runtime/variable_store.h"
 
@@ -40,6 +41,12 @@ struct DataParallelOptions {
   bool stage_through_host = false;
   bool deterministic = true;              // ProgramOptions::deterministic
   Precision precision = Precision::fp32;  // ProgramOptions::precision
+  // > 0: the batch is cut into micro-batches of this many examples, each with its own forward and
+  // backward pass, and their gradients are summed by one fixed tree over micro-batch indices
+  // (tree_reducer.h), whatever tower or rank computes them: the same bits for any number of
+  // towers and ranks (with the same threads per tower). The strategy then only decides the
+  // replicas. 0: each tower runs its whole share at once (the classic towers).
+  int64_t micro_batch = 0;
 };
 
 struct StepResult {
@@ -51,7 +58,7 @@ class DataParallel {
  public:
   // example_shape: one input example, e.g. (C, H, W). global_batch (this process's share with
   // several ranks) is split as evenly as possible over the towers (the first ones get one more
-  // when it does not divide).
+  // example, or micro-batch, when it does not divide).
   DataParallel(const Shape& example_shape, int64_t global_batch, const TowerFn& tower_fn,
                DataParallelOptions options);
   ~DataParallel();
@@ -84,11 +91,13 @@ class DataParallel {
   struct Tower {
     Device device;
     int threads = 1;
-    int64_t offset = 0, batch = 0;
+    int64_t offset = 0, batch = 0;  // its rows of the batch
+    int64_t first_micro = 0;        // micro-batches: its first one (of all ranks)
     Value images, labels;
     TowerOutputs outputs;
     std::vector<Value> grads;
     std::unique_ptr<Program> program;
+    std::unique_ptr<Program> plain;  // micro-batches: tower 0 without the updates (after the first)
     std::unique_ptr<ThreadPool> worker;
     int replica = 0;                             // the host replica it reads
     std::unique_ptr<VariableStore> device_vars;  // staged: its own copy of the variables
@@ -101,17 +110,22 @@ class DataParallel {
                    const DataParallelOptions& options);
   void make_replicas(const DataParallelOptions& options);
   void compile_towers(const DataParallelOptions& options);
-  void copy_inputs(Tower& t, const Tensor& images, const Tensor& labels);
+  void copy_inputs(Tower& t, Program& program, const Tensor& images, const Tensor& labels,
+                   int64_t offset, int64_t rows);
   void run_tower(Tower& t, int index, uint64_t step);
+  void run_micro_batches(Tower& t, int index, uint64_t step, const Tensor& images,
+                         const Tensor& labels);
   const Tensor& fetched(const Tower& t, int fetch) const;
   Graph graph_;
   std::vector<VariableInfo> trainable_;
   std::vector<std::unique_ptr<VariableStore>> replicas_;
   std::vector<Tower> towers_;
   std::unique_ptr<GradientReducer> reducer_;
+  TreeReducer* tree_ = nullptr;  // reducer_ with micro-batches
   std::unique_ptr<Communicator> own_comm_;  // when the options gave none
   Communicator* comm_;
   int64_t global_batch_;
+  int64_t micro_batch_ = 0;
   bool staged_ = false;
   bool nccl_ = false;                       // GPU towers reducing with NCCL (builds with NCCL)
   const void* prefetched_ = nullptr;        // the images prefetch() is copying

@@ -96,15 +96,19 @@ void add_input_images(EventWriter& events, const Tensor& images, int64_t step) {
 }
 
 // What must agree between all ranks of one job: everything that changes the numbers.
+// (With micro-batches ranks may run different numbers of towers.)
 std::vector<std::pair<std::string, std::string>> rank_fields(const TrainConfig& c, size_t towers,
                                                              const Dataset& data) {
   const OptimizerConfig& o = c.optimizer;
+  const bool micro = c.micro_batch_size > 0;
   return {{"--model", c.model},
           {"--data", c.data},
           {"the data set's size",
            fmt::format("{} examples of {}", data.size(), data.image_shape().to_string())},
-          {"the number of towers", std::to_string(towers)},
-          {"--batch_size", std::to_string(c.batch_size)},
+          {"the number of towers", micro ? "any" : std::to_string(towers)},
+          {"--batch_size", micro ? "unused" : std::to_string(c.batch_size)},
+          {"--global_batch_size", std::to_string(c.global_batch_size)},
+          {"--micro_batch_size", std::to_string(c.micro_batch_size)},
           {"--strategy", std::string(strategy_name(c.strategy))},
           {"--bucket_mb", fmt::format("{}", c.bucket_mb)},
           {"--max_steps", std::to_string(c.max_steps)},
@@ -155,8 +159,26 @@ class Run {
                             .num_devices = config_.num_devices,
                             .allow_soft_placement = config_.allow_soft_placement},
                            comm_);
-    local_batch_ = config_.batch_size * static_cast<int64_t>(plan_.devices.size());
-    global_batch_ = local_batch_ * comm_.size();
+    const auto towers = static_cast<int64_t>(plan_.devices.size());
+    if (config_.micro_batch_size > 0) {
+      const int64_t micro_batches = config_.global_batch_size / config_.micro_batch_size;
+      if (micro_batches % comm_.size() != 0)
+        fail(
+            "--global_batch_size {} is {} micro-batches of --micro_batch_size {}, which {} ranks "
+            "cannot share equally",
+            config_.global_batch_size, micro_batches, config_.micro_batch_size, comm_.size());
+      if (micro_batches / comm_.size() < towers)
+        fail(
+            "{} tower{} (--num_devices or --devices) but only {} micro-batches of "
+            "--micro_batch_size {} per rank: every tower needs at least one",
+            towers, towers == 1 ? "" : "s", micro_batches / comm_.size(),
+            config_.micro_batch_size);
+      global_batch_ = config_.global_batch_size;
+      local_batch_ = global_batch_ / comm_.size();
+    } else {
+      local_batch_ = config_.batch_size * towers;
+      global_batch_ = local_batch_ * comm_.size();
+    }
     if (chief_) prepare_train_dir(config_.train_dir);
   }
 
@@ -168,6 +190,9 @@ class Run {
       test_set_ = std::make_shared<const Dataset>(open_dataset(spec_, Split::test));
     check_same_on_all_ranks(comm_, rank_fields(config_, plan_.devices.size(), *train_set_),
                             "flags");
+    if (config_.micro_batch_size > 0 && global_batch_ > train_set_->size())
+      fail("--global_batch_size {} is more than the {} examples of the training set {}",
+           global_batch_, train_set_->size(), train_set_->name);
     if (global_batch_ > train_set_->size())
       fail(
           "{} tower{} (--num_devices or --devices) x --batch_size {}{} = {} examples per step, but "
@@ -238,6 +263,7 @@ class Run {
     options.seed = config_.seed;
     options.deterministic = config_.deterministic;
     options.precision = config_.precision;
+    options.micro_batch = config_.micro_batch_size;
     towers_ = tower::build_towers(model_, pipeline_->image_shape(), local_batch_,
                                   train_set_->num_classes, options, config_.optimizer);
     dp_ = towers_.dp.get();
@@ -473,10 +499,19 @@ class Run {
   }
 
   RunIdentity identity() const {
-    return {config_.model,          config_.data,
-            config_.batch_size,     static_cast<int64_t>(plan_.devices.size()),
-            comm_.size(),           std::string(strategy_name(config_.strategy)),
-            config_.optimizer.name, config_.seed};
+    RunIdentity r{.model = config_.model,
+                  .data = config_.data,
+                  .global_batch_size = config_.global_batch_size,
+                  .micro_batch_size = config_.micro_batch_size,
+                  .strategy = std::string(strategy_name(config_.strategy)),
+                  .optimizer = config_.optimizer.name,
+                  .seed = config_.seed};
+    if (config_.micro_batch_size == 0) {  // the classic towers: the layout shapes the batch
+      r.batch_size = config_.batch_size;
+      r.num_towers = static_cast<int64_t>(plan_.devices.size());
+      r.ranks = comm_.size();
+    }
+    return r;
   }
 
   void save() {
@@ -596,6 +631,13 @@ void validate(const TrainConfig& c) {
   const ModelDef& model = get_model(c.model);
   parse_dataset_spec(c.data);
   check_count("--batch_size", c.batch_size, 1, kMaxBatch);
+  check_count("--global_batch_size", c.global_batch_size, 0, kMaxBatch);
+  check_count("--micro_batch_size", c.micro_batch_size, 0, kMaxBatch);
+  if ((c.global_batch_size > 0) != (c.micro_batch_size > 0))
+    fail("--global_batch_size and --micro_batch_size go together: give both, or neither");
+  if (c.micro_batch_size > 0 && c.global_batch_size % c.micro_batch_size != 0)
+    fail("--global_batch_size {} must be a multiple of --micro_batch_size {}",
+         c.global_batch_size, c.micro_batch_size);
   check_count("--max_steps", c.max_steps, 0, kMaxSteps);
   check_number("--epochs", c.epochs, 0, 1e6, "a number of epochs from 0 to 1e6");
   if (c.max_steps == 0 && c.epochs <= 0)

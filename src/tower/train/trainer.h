@@ -29,6 +29,11 @@ struct TrainConfig {
   // The recipe fields: for_model() fills them from the model's Recipe; these defaults are the
   // recipe of the default model, lenet.
   int64_t batch_size = 64;  // per tower, like the classic flag
+  // Both > 0: each step trains on global_batch_size examples of all ranks, cut into micro-batches
+  // of micro_batch_size whose gradients one fixed tree sums (DataParallelOptions::micro_batch):
+  // the same weights on any number of towers and ranks, and a checkpoint resumes on another
+  // layout. batch_size is then unused.
+  int64_t global_batch_size = 0, micro_batch_size = 0;
   double epochs = 2.5;
   OptimizerConfig optimizer{.name = "adam"};
   float lr = 0.003f;

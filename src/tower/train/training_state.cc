@@ -13,9 +13,19 @@ namespace {
 using Json = nlohmann::json;
 
 nlohmann::ordered_json identity_json(const RunIdentity& r) {
-  return {{"model", r.model},           {"data", r.data},   {"batch_size", r.batch_size},
-          {"num_towers", r.num_towers}, {"ranks", r.ranks}, {"strategy", r.strategy},
-          {"optimizer", r.optimizer},   {"seed", r.seed}};
+  nlohmann::ordered_json json = {{"model", r.model}, {"data", r.data}};
+  if (r.micro_batch_size > 0) {
+    json["global_batch_size"] = r.global_batch_size;
+    json["micro_batch_size"] = r.micro_batch_size;
+  } else {
+    json["batch_size"] = r.batch_size;
+    json["num_towers"] = r.num_towers;
+    json["ranks"] = r.ranks;
+  }
+  json["strategy"] = r.strategy;
+  json["optimizer"] = r.optimizer;
+  json["seed"] = r.seed;
+  return json;
 }
 
 // Reads the keys of one JSON object, each checked for presence, type and range; every error
@@ -83,9 +93,14 @@ TrainingState training_state_from_json(const Json& json, const std::string& file
   Reader run = top.object("run");
   s.run.model = run.text("model");
   s.run.data = run.text("data");
-  s.run.batch_size = run.whole("batch_size", 1);
-  s.run.num_towers = run.whole("num_towers", 1);
-  s.run.ranks = run.whole("ranks", 1);
+  if (run.has("micro_batch_size")) {
+    s.run.global_batch_size = run.whole("global_batch_size", 1);
+    s.run.micro_batch_size = run.whole("micro_batch_size", 1);
+  } else {
+    s.run.batch_size = run.whole("batch_size", 1);
+    s.run.num_towers = run.whole("num_towers", 1);
+    s.run.ranks = run.whole("ranks", 1);
+  }
   s.run.strategy = run.text("strategy");
   s.run.optimizer = run.text("optimizer");
   s.run.seed = static_cast<uint64_t>(run.whole("seed", 0));
@@ -100,6 +115,14 @@ TrainingState training_state_from_json(const Json& json, const std::string& file
 
 std::optional<IdentityDifference> first_difference(const RunIdentity& saved,
                                                    const RunIdentity& now) {
+  // The step's work first: with micro-batches, towers and ranks may change, G and M may not.
+  auto size = [](int64_t v) { return v > 0 ? std::to_string(v) : std::string("none"); };
+  if (saved.global_batch_size != now.global_batch_size)
+    return IdentityDifference{"global_batch_size", size(saved.global_batch_size),
+                              size(now.global_batch_size)};
+  if (saved.micro_batch_size != now.micro_batch_size)
+    return IdentityDifference{"micro_batch_size", size(saved.micro_batch_size),
+                              size(now.micro_batch_size)};
   const nlohmann::ordered_json a = identity_json(saved), b = identity_json(now);
   for (const auto& [key, value] : a.items())
     if (b.at(key) != value) return IdentityDifference{key, value.dump(), b.at(key).dump()};

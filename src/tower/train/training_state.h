@@ -17,6 +17,9 @@ namespace tower {
 // variables, the optimizer slots or the data order).
 struct RunIdentity {
   std::string model, data;
+  // Micro-batches (both > 0): the step's work, whatever the towers and ranks that do it; the
+  // three layout fields below are then 0 and left out of the file.
+  int64_t global_batch_size = 0, micro_batch_size = 0;
   int64_t batch_size = 0;  // per tower
   int64_t num_towers = 0;
   int64_t ranks = 0;

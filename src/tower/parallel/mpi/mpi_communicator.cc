@@ -84,6 +84,14 @@ class MpiCommunicator : public Communicator {
     return out;
   }
 
+  void allgather(const float* mine, int64_t count, float* all) override {
+    if (count > INT_MAX) fail("an all-gather of {} floats per rank is more than MPI takes", count);
+    guarded("an all-gather", [&] {
+      return MPI_Allgather(mine, static_cast<int>(count), MPI_FLOAT, all, static_cast<int>(count),
+                           MPI_FLOAT, comm_);
+    });
+  }
+
   [[noreturn]] void abort(int exit_code) override {
     MPI_Abort(MPI_COMM_WORLD, exit_code);
     std::_Exit(exit_code);

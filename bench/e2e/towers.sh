@@ -22,3 +22,20 @@ PY
 run "1 tower x $threads threads" --num_devices 1 --strategy allreduce
 run "2 towers, allreduce" --num_devices 2 --strategy allreduce
 run "2 towers, central" --num_devices 2 --strategy central
+
+# The fixed-tree micro-batches (--micro_batch_size, the same bits on any layout) against the
+# classic towers at the same global batch, interleaved, two rounds: what the tree costs.
+echo
+printf "%-34s %12s %12s %8s\n" "2 towers, global batch 256" classic tree tree/classic
+images_per_sec() {
+  $TOWER bench --model cifar10 --batch_size 256 --threads "$threads" --num_devices 2 --steps 5 \
+    --windows 3 "$@" | tail -1 | python3 -c 'import json,sys; print(json.load(sys.stdin)["images_per_sec"])'
+}
+for micro in 128 64 32; do
+  for round in 1 2; do
+    classic=$(images_per_sec)
+    tree=$(images_per_sec --micro_batch_size "$micro")
+    python3 -c "import sys; c, t = map(float, sys.argv[2:]); print('%-34s %12.1f %12.1f %8.2f' % (sys.argv[1], c, t, t / c))" \
+      "micro-batch $micro (round $round)" "$classic" "$tree"
+  done
+done

@@ -121,7 +121,7 @@ class DataParallel {
   std::vector<std::unique_ptr<VariableStore>> replicas_;
   std::vector<Tower> towers_;
   std::unique_ptr<GradientReducer> reducer_;
-  TreeReducer* tree_ = nullptr;  // reducer_ with micro-batches
+  TreeReducer* tree_ = nullptr;             // reducer_ with micro-batches
   std::unique_ptr<Communicator> own_comm_;  // when the options gave none
   Communicator* comm_;
   int64_t global_batch_;

@@ -45,8 +45,7 @@ class TreeReducer final : public GradientReducer {
 
   // On tower `tower`'s thread, as its micro-batches finish, in order: micro-batch `micro`'s
   // gradients (one per variable) and scalars.
-  void add(int tower, int64_t micro, const std::vector<const Tensor*>& grads,
-           const float* scalars);
+  void add(int tower, int64_t micro, const std::vector<const Tensor*>& grads, const float* scalars);
   // After finish(): each scalar's mean over the n micro-batches (summed in index order).
   const std::vector<float>& mean_scalars() const { return means_; }
 
@@ -82,9 +81,9 @@ class TreeReducer final : public GradientReducer {
   Communicator* comm_;
   int ranks_ = 1;
   std::vector<TowerNodes> towers_;
-  std::vector<float> scalars_;             // [micro-batch of this rank][scalar]
-  std::vector<float> sent_, received_;     // the all-gather's buffers (several ranks)
-  int64_t slot_nodes_ = 0;                 // nodes per rank in an all-gather slot
+  std::vector<float> scalars_;          // [micro-batch of this rank][scalar]
+  std::vector<float> sent_, received_;  // the all-gather's buffers (several ranks)
+  int64_t slot_nodes_ = 0;              // nodes per rank in an all-gather slot
   std::vector<std::vector<Tensor>> results_;
   std::vector<float> means_;
   ReduceTrace trace_;

@@ -171,8 +171,7 @@ class Run {
         fail(
             "{} tower{} (--num_devices or --devices) but only {} micro-batches of "
             "--micro_batch_size {} per rank: every tower needs at least one",
-            towers, towers == 1 ? "" : "s", micro_batches / comm_.size(),
-            config_.micro_batch_size);
+            towers, towers == 1 ? "" : "s", micro_batches / comm_.size(), config_.micro_batch_size);
       global_batch_ = config_.global_batch_size;
       local_batch_ = global_batch_ / comm_.size();
     } else {
@@ -636,8 +635,8 @@ void validate(const TrainConfig& c) {
   if ((c.global_batch_size > 0) != (c.micro_batch_size > 0))
     fail("--global_batch_size and --micro_batch_size go together: give both, or neither");
   if (c.micro_batch_size > 0 && c.global_batch_size % c.micro_batch_size != 0)
-    fail("--global_batch_size {} must be a multiple of --micro_batch_size {}",
-         c.global_batch_size, c.micro_batch_size);
+    fail("--global_batch_size {} must be a multiple of --micro_batch_size {}", c.global_batch_size,
+         c.micro_batch_size);
   check_count("--max_steps", c.max_steps, 0, kMaxSteps);
   check_number("--epochs", c.epochs, 0, 1e6, "a number of epochs from 0 to 1e6");
   if (c.max_steps == 0 && c.epochs <= 0)

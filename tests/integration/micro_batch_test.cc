@@ -1,0 +1,183 @@
+// The real `tower` binary with --global_batch_size/--micro_batch_size: the same weights, bit for
+// bit, on any number of towers and ranks, and a checkpoint resumes on another layout as if
+// nothing had changed (elastic resume).
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "testing/files.h"
+#include "testing/subprocess.h"
+#include "testing/tmp_dir.h"
+#include "tower/io/checkpoint.h"
+#include "tower/io/safetensors.h"
+
+namespace tower {
+namespace {
+
+using testing::contains;
+using testing::run_command;
+using testing::run_tower;
+using testing::TmpDir;
+
+// Every tensor of a checkpoint (weights, optimizer slots, moving averages) as raw bytes.
+std::map<std::string, std::string> tensors(const std::string& dir, int64_t step) {
+  std::map<std::string, std::string> out;
+  for (auto& [name, t] : safetensors_read(checkpoint_prefix(dir, step) + ".safetensors").tensors)
+    out[name] = std::string(static_cast<const char*>(t.raw_data()), t.nbytes());
+  return out;
+}
+
+std::string mpirun(int ranks) {
+#ifdef TOWER_MPIEXEC
+  return std::string(TOWER_MPIEXEC) +
+         " --allow-run-as-root --oversubscribe -x ASAN_OPTIONS=detect_leaks=0 -np " +
+         std::to_string(ranks) + " ";
+#else
+  return "";
+#endif
+}
+
+bool have_mpi() { return !mpirun(1).empty(); }
+
+class MicroBatchTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    idx_ = new TmpDir();
+    cifar_ = new TmpDir();
+    auto a = run_tower("make-dataset --format idx --out " + idx_->path() +
+                       " --num_train 2000 --num_test 100 --seed 3");
+    ASSERT_EQ(a.exit_code, 0) << a.output;
+    auto b = run_tower("make-dataset --format cifar10 --out " + cifar_->path() +
+                       " --num_train 500 --num_test 100 --seed 3");
+    ASSERT_EQ(b.exit_code, 0) << b.output;
+  }
+  static void TearDownTestSuite() {
+    delete idx_;
+    delete cifar_;
+  }
+  // `ranks` > 1 runs under mpirun. A constant learning rate, so that a run stopped at step N and
+  // resumed follows the run that went on (a cosine schedule depends on --max_steps).
+  static testing::CommandResult train(const std::string& model_flags, const std::string& dir,
+                                      int ranks, int towers, int steps,
+                                      const std::string& extra = "") {
+    const std::string flags = model_flags + " --num_devices " + std::to_string(towers) +
+                              " --max_steps " + std::to_string(steps) + " --train_dir " + dir +
+                              " --lr_schedule constant --log_every 10 --seed 4 " + extra;
+    if (ranks == 1) return run_tower("train " + flags);
+    return run_command(mpirun(ranks) + testing::tower_binary() + " train " + flags);
+  }
+  static std::string lenet() {
+    return "--model lenet --data idx:" + idx_->path() +
+           " --global_batch_size 32 --micro_batch_size 8";
+  }
+  static std::string cifar10() {
+    return "--model cifar10 --data cifar10:" + cifar_->path() +
+           " --global_batch_size 16 --micro_batch_size 4 --augmentation cifar10";
+  }
+  // Trains on each layout (ranks, towers) and checks every checkpoint against the first.
+  static void expect_same_bits(const std::string& model_flags, int steps,
+                               const std::vector<std::pair<int, int>>& layouts) {
+    TmpDir dirs;
+    std::map<std::string, std::string> first;
+    for (auto [ranks, towers] : layouts) {
+      if (ranks > 1 && !have_mpi()) continue;
+      SCOPED_TRACE(::testing::Message() << ranks << " rank(s) x " << towers << " tower(s)");
+      const std::string dir = dirs / (std::to_string(ranks) + "x" + std::to_string(towers));
+      auto r = train(model_flags, dir, ranks, towers, steps);
+      ASSERT_EQ(r.exit_code, 0) << r.output;
+      auto bits = tensors(dir, steps);
+      if (first.empty()) {
+        first = bits;
+        continue;
+      }
+      ASSERT_EQ(bits.size(), first.size());
+      for (const auto& [name, value] : first) EXPECT_TRUE(bits[name] == value) << name;
+    }
+  }
+  static TmpDir *idx_, *cifar_;
+};
+TmpDir* MicroBatchTest::idx_ = nullptr;
+TmpDir* MicroBatchTest::cifar_ = nullptr;
+
+TEST_F(MicroBatchTest, LenetGetsTheSameBitsOnAnyNumberOfTowersAndRanks) {
+  // 4 micro-batches: 3 towers hold 2, 1 and 1 of them.
+  expect_same_bits(lenet(), 20, {{1, 1}, {1, 2}, {1, 3}, {1, 4}, {2, 1}, {2, 2}});
+}
+
+TEST_F(MicroBatchTest, Cifar10GetsTheSameBitsOnAnyNumberOfTowersAndRanks) {
+  expect_same_bits(cifar10(), 6, {{1, 1}, {1, 2}, {1, 4}, {2, 1}, {2, 2}});
+}
+
+TEST_F(MicroBatchTest, ResumingOnAnotherLayoutFollowsTheStraightRunBitForBit) {
+  TmpDir dirs;
+  const std::string elastic = dirs / "elastic", straight = dirs / "straight";
+  auto a = train(lenet(), elastic, 1, 2, 50);
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  int64_t steps = 100;
+  auto b = train(lenet(), elastic, 1, 1, steps);
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  EXPECT_TRUE(contains(b.output, "resumed from")) << b.output;
+  if (have_mpi()) {  // and on two ranks
+    steps = 150;
+    auto c = train(lenet(), elastic, 2, 2, steps);
+    ASSERT_EQ(c.exit_code, 0) << c.output;
+    EXPECT_TRUE(contains(c.output, "resumed from")) << c.output;
+  }
+  auto d = train(lenet(), straight, 1, 4, steps);
+  ASSERT_EQ(d.exit_code, 0) << d.output;
+  EXPECT_TRUE(tensors(elastic, steps) == tensors(straight, steps));
+}
+
+TEST_F(MicroBatchTest, ResumingWithAnotherGlobalOrMicroBatchSizeIsAnError) {
+  TmpDir dirs;
+  const std::string dir = dirs / "run";
+  ASSERT_EQ(train(lenet(), dir, 1, 1, 10).exit_code, 0);
+  const std::string data = "--model lenet --data idx:" + idx_->path();
+  auto micro = train(data + " --global_batch_size 32 --micro_batch_size 16", dir, 1, 1, 20);
+  EXPECT_EQ(micro.exit_code, 1) << micro.output;
+  EXPECT_TRUE(
+      contains(micro.output, "micro_batch_size = 8, but this run has micro_batch_size = 16"))
+      << micro.output;
+  auto global = train(data + " --global_batch_size 64 --micro_batch_size 8", dir, 1, 1, 20);
+  EXPECT_EQ(global.exit_code, 1) << global.output;
+  EXPECT_TRUE(
+      contains(global.output, "global_batch_size = 32, but this run has global_batch_size = 64"))
+      << global.output;
+  auto classic = train(data + " --batch_size 32", dir, 1, 1, 20);
+  EXPECT_EQ(classic.exit_code, 1) << classic.output;
+  EXPECT_TRUE(contains(classic.output,
+                       "global_batch_size = 32, but this run has "
+                       "global_batch_size = none"))
+      << classic.output;
+}
+
+TEST_F(MicroBatchTest, InconsistentSizesAreRefusedNamingTheFlags) {
+  TmpDir dirs;
+  const std::string data = "--model lenet --data idx:" + idx_->path();
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--global_batch_size 30 --micro_batch_size 8",
+       "--global_batch_size 30 must be a multiple of --micro_batch_size 8"},
+      {"--global_batch_size 32", "--global_batch_size and --micro_batch_size go together"},
+      {"--micro_batch_size 8", "--global_batch_size and --micro_batch_size go together"},
+      {"--batch_size 8 --global_batch_size 32 --micro_batch_size 8",
+       "--batch_size (per tower) and --global_batch_size (per step) exclude each other"},
+      {"--global_batch_size 16 --micro_batch_size 8 --num_devices 3",
+       "3 towers (--num_devices or --devices) but only 2 micro-batches"},
+  };
+  for (const auto& [flags, message] : cases) {
+    auto r =
+        run_tower("train " + data + " --max_steps 1 --train_dir " + (dirs / "x") + " " + flags);
+    EXPECT_NE(r.exit_code, 0) << flags;
+    EXPECT_TRUE(contains(r.output, message)) << flags << "\n" << r.output;
+  }
+  if (have_mpi()) {
+    auto r = run_command(mpirun(2) + testing::tower_binary() + " train " + data +
+                         " --max_steps 1 --global_batch_size 24 --micro_batch_size 8 --train_dir " +
+                         (dirs / "y"));
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_TRUE(contains(r.output, "which 2 ranks cannot share equally")) << r.output;
+  }
+}
+
+}  // namespace
+}  // namespace tower

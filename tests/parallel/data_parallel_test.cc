@@ -47,7 +47,8 @@ struct TrainRun {
 // rank takes its share of each global batch, as the input pipeline gives it.
 TrainRun train(const std::string& model, const Shape& example, int num_towers, int64_t global_batch,
                Strategy strategy, size_t bucket_bytes = 25u << 20, Communicator* comm = nullptr,
-               uint64_t seed = 3, bool staged = false, DeviceKind kind = DeviceKind::cpu) {
+               uint64_t seed = 3, bool staged = false, DeviceKind kind = DeviceKind::cpu,
+               int64_t micro_batch = 0) {
   const int ranks = comm ? comm->size() : 1, rank = comm ? comm->rank() : 0;
   const int64_t begin = global_batch * rank / ranks, end = global_batch * (rank + 1) / ranks;
   DataParallelOptions options;
@@ -60,6 +61,7 @@ TrainRun train(const std::string& model, const Shape& example, int num_towers, i
   options.seed = seed;
   options.comm = comm;
   options.stage_through_host = staged;
+  options.micro_batch = micro_batch;
   DataParallel dp(example, end - begin, classifier(model), options);
   TrainRun run;
   for (int step = 0; step < 5; ++step) {
@@ -176,15 +178,16 @@ TEST(DataParallelTest, CpuAndGpuTowersDoNotMix) {
 // Every rank must end with the same bits; rank 0's run is returned.
 TrainRun train_ranks(const std::string& model, const Shape& example, int ranks, int towers_per_rank,
                      int64_t global_batch, Strategy strategy, size_t bucket_bytes,
-                     std::vector<uint64_t> seeds = {}) {
+                     std::vector<uint64_t> seeds = {}, int64_t micro_batch = 0) {
   auto comms = make_thread_communicators(ranks);
   std::vector<TrainRun> runs(static_cast<size_t>(ranks));
   std::vector<std::thread> threads;
   for (int r = 0; r < ranks; ++r)
     threads.emplace_back([&, r] {
       const uint64_t seed = seeds.empty() ? 3 : seeds[static_cast<size_t>(r)];
-      runs[static_cast<size_t>(r)] = train(model, example, towers_per_rank, global_batch, strategy,
-                                           bucket_bytes, comms[static_cast<size_t>(r)].get(), seed);
+      runs[static_cast<size_t>(r)] =
+          train(model, example, towers_per_rank, global_batch, strategy, bucket_bytes,
+                comms[static_cast<size_t>(r)].get(), seed, false, DeviceKind::cpu, micro_batch);
     });
   for (auto& t : threads) t.join();
   for (int r = 1; r < ranks; ++r) {
@@ -228,6 +231,38 @@ INSTANTIATE_TEST_SUITE_P(Models, TowersEquivalenceTest,
                            return std::get<0>(info.param) + "_" +
                                   std::string(strategy_name(std::get<1>(info.param)));
                          });
+
+// Micro-batches summed by the fixed tree: the same bits (losses, weights and, for resnet20, the
+// batch-norm moving averages of micro-batch 0) on any number of towers, with either strategy,
+// staged or not, and on 2 ranks (threads standing in for processes).
+TEST(DataParallelTest, MicroBatchesGiveTheSameBitsOnAnyLayout) {
+  const int64_t global_batch = 12, micro = 2;  // 6 micro-batches
+  for (const auto& [model, example] :
+       {std::pair<std::string, Shape>{"mlp", Shape{1, 8, 8}}, {"resnet20", Shape{3, 8, 8}}}) {
+    SCOPED_TRACE(model);
+    const TrainRun one = train(model, example, 1, global_batch, Strategy::allreduce, 4096, nullptr,
+                               3, false, DeviceKind::cpu, micro);
+    for (Strategy strategy : {Strategy::allreduce, Strategy::central})
+      for (int towers : {1, 2, 3, 4}) {
+        for (bool staged : {false, true}) {
+          SCOPED_TRACE(::testing::Message() << towers << " towers, " << strategy_name(strategy)
+                                            << (staged ? ", staged" : ""));
+          const TrainRun many = train(model, example, towers, global_batch, strategy, 4096, nullptr,
+                                      3, staged, DeviceKind::cpu, micro);
+          EXPECT_EQ(many.losses, one.losses);
+          EXPECT_EQ(many.weights, one.weights);
+        }
+      }
+    if (model != "mlp") continue;  // ranks > 0 keep no moving averages: mlp has none
+    for (int towers : {1, 3}) {
+      SCOPED_TRACE(::testing::Message() << "2 ranks x " << towers << " towers");
+      const TrainRun ranks = train_ranks(model, example, 2, towers, global_batch,
+                                         Strategy::allreduce, 4096, {}, micro);
+      EXPECT_EQ(ranks.losses, one.losses);
+      EXPECT_EQ(ranks.weights, one.weights);
+    }
+  }
+}
 
 TEST(DataParallelTest, OverlapFirstBucketReducedBeforeBackwardEnds) {
   DataParallelOptions options;

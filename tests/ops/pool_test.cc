@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "testing/gradient_check.h"
 #include "testing/reference_nn.h"
 
@@ -25,6 +27,9 @@ const PoolCase kCases[] = {
     {{2, 2, 9, 7}, {{3, 2}, {1, 3}, Padding::same}},
     {{1, 4, 6, 6}, {{2, 2}, {3, 3}, Padding::valid}},
     {{3, 1, 5, 5}, {{5, 5}, {1, 1}, Padding::same}},
+    // Whole channel blocks: pooled in nChw8c (nChw16c with AVX-512), MaxPoolGrad's own loop.
+    {{2, 16, 7, 9}, {{3, 3}, {2, 2}, Padding::same}},
+    {{1, 24, 6, 5}, {{2, 2}, {1, 1}, Padding::valid}},
 };
 
 Value pool(const Scope& s, Value x, const PoolAttrs& a, bool is_max) {
@@ -99,6 +104,24 @@ TEST(PoolTest, MaxPoolGradRoutesToTheFirstMaximum) {
   EXPECT_EQ(dx(x), (std::vector<float>{1, 2, 3, 0, 4, 5, 6, 0, 0, 0, 0, 0}));
   // The 9 wins the one window that holds it.
   EXPECT_EQ(dx(x3), (std::vector<float>{1, 2, 3, 0, 4, 5, 0, 0, 0, 0, 0, 6}));
+  // The same in every channel of whole channel blocks (the blocked loop).
+  for (int64_t channels : {16, 32}) {
+    Tensor xs(Shape{1, channels, 3, 4}, DType::f32), dys(Shape{1, channels, 2, 3}, DType::f32);
+    for (int64_t c = 0; c < channels; ++c) {
+      std::copy_n(x3.data<float>(), 12, xs.data<float>() + c * 12);
+      std::copy_n(dy.data<float>(), 6, dys.data<float>() + c * 6);
+    }
+    const std::vector<float> out = testing::run_graph(
+                                       [&](const Scope& s, const std::vector<Value>& in) {
+                                         return ops::max_pool_grad(s, in[0], in[1], a);
+                                       },
+                                       {&xs, &dys})
+                                       .to_vector<float>();
+    for (int64_t c = 0; c < channels; ++c)
+      EXPECT_EQ(std::vector<float>(out.begin() + c * 12, out.begin() + (c + 1) * 12),
+                (std::vector<float>{1, 2, 3, 0, 4, 5, 0, 0, 0, 0, 0, 6}))
+          << "channel " << c << " of " << channels;
+  }
 }
 
 // AvgPoolGrad is linear, with AvgPool as its gradient.

@@ -13,6 +13,7 @@
 #include "tower/ops/conv.h"
 #include "tower/ops/lrn.h"
 #include "tower/ops/math.h"
+#include "tower/ops/matmul.h"
 #include "tower/ops/pool.h"
 #include "tower/runtime/program.h"
 
@@ -61,9 +62,11 @@ struct ChainGraph {
   }
 };
 
-// Runs the chain graph with or without propagation; returns the fetches and the stats.
-std::vector<Tensor> run_chain(ChainGraph& c, bool propagate, ProgramStats* stats) {
-  Program program(c.graph, c.fetches, c.variables, {Device{}, 2, propagate});
+// Runs the chain graph with or without propagation (and fusion); returns the fetches and the
+// stats.
+std::vector<Tensor> run_chain(ChainGraph& c, bool propagate, ProgramStats* stats,
+                              bool fuse = true) {
+  Program program(c.graph, c.fetches, c.variables, {Device{}, 2, propagate, fuse});
   program.input(c.images).copy_from(testing::random_tensor(Shape{4, 3, 12, 12}, 5));
   program.run();
   program.run();  // twice: buffers reused between steps must not leak stale layouts
@@ -73,26 +76,86 @@ std::vector<Tensor> run_chain(ChainGraph& c, bool propagate, ProgramStats* stats
   return out;
 }
 
+// Every fetch within 1e-5 of its largest element (f32 rounding in another order).
+void expect_close(const std::vector<Tensor>& expected, const std::vector<Tensor>& actual) {
+  ASSERT_EQ(expected.size(), actual.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    ASSERT_EQ(expected[i].shape(), actual[i].shape()) << "fetch " << i;
+    const float* a = expected[i].data<float>();
+    const float* b = actual[i].data<float>();
+    float scale = 0;
+    for (int64_t k = 0; k < expected[i].numel(); ++k) scale = std::max(scale, std::fabs(a[k]));
+    ASSERT_GT(scale, 0.0f) << "fetch " << i << " is all zeros: the test would prove nothing";
+    for (int64_t k = 0; k < expected[i].numel(); ++k)
+      ASSERT_NEAR(a[k], b[k], 1e-5f * scale) << "fetch " << i << " element " << k;
+  }
+}
+
 TEST(LayoutTest, PropagationKeepsResultsAndSavesReorders) {
   ChainGraph c;
   ProgramStats plain_stats, blocked_stats;
   std::vector<Tensor> plain = run_chain(c, false, &plain_stats);
   std::vector<Tensor> blocked = run_chain(c, true, &blocked_stats);
-  ASSERT_EQ(plain.size(), blocked.size());
-  for (size_t i = 0; i < plain.size(); ++i) {
-    ASSERT_EQ(plain[i].shape(), blocked[i].shape()) << "fetch " << i;
-    const float* a = plain[i].data<float>();
-    const float* b = blocked[i].data<float>();
-    float scale = 0;
-    for (int64_t k = 0; k < plain[i].numel(); ++k) scale = std::max(scale, std::fabs(a[k]));
-    ASSERT_GT(scale, 0.0f) << "fetch " << i << " is all zeros: the test would prove nothing";
-    for (int64_t k = 0; k < plain[i].numel(); ++k)
-      ASSERT_NEAR(a[k], b[k], 1e-5f * scale) << "fetch " << i << " element " << k;
-  }
+  expect_close(plain, blocked);
   // Both have the same kernels; propagation removes the conversions between the oneDNN ones.
   EXPECT_EQ(blocked_stats.num_kernels, plain_stats.num_kernels);
   EXPECT_LT(blocked_stats.reorders, plain_stats.reorders);
   EXPECT_GT(plain_stats.reorders, 0);
+}
+
+// Fusion (ProgramOptions::fuse): both conv -> bias -> relu chains run as one oneDNN primitive
+// with a bias and a ReLU post-op, forward and every gradient as without it.
+TEST(LayoutTest, FusionKeepsResultsAndRunsFewerKernels) {
+  ChainGraph c;
+  ProgramStats separate, fused;
+  std::vector<Tensor> a = run_chain(c, true, &separate, false);
+  std::vector<Tensor> b = run_chain(c, true, &fused, true);
+  expect_close(a, b);
+  EXPECT_EQ(separate.fused_nodes, 0);
+  EXPECT_EQ(fused.fused_nodes, 4);  // two Conv2D and two BiasAdd inside Conv2D+BiasAdd+Relu
+  EXPECT_EQ(fused.num_kernels, separate.num_kernels - 4);
+  setenv("TOWER_FUSION", "off", 1);
+  ProgramStats off;
+  run_chain(c, true, &off, true);
+  unsetenv("TOWER_FUSION");
+  EXPECT_EQ(off.fused_nodes, 0);
+}
+
+// MatMul -> BiasAdd -> Relu and MatMul -> BiasAdd fuse; a chain whose middle value is read
+// elsewhere (here: fetched) does not.
+TEST(LayoutTest, MatMulChainsFuseUnlessAValueIsReadElsewhere) {
+  Graph graph;
+  Scope s(graph);
+  Value x = s.placeholder("x", Shape{8, 20});
+  Value w1 = s.get_variable("w1", Shape{20, 16}, Initializer::he_normal());
+  Value w2 = s.get_variable("w2", Shape{16, 5}, Initializer::he_normal());
+  Value b1 = s.get_variable("b1", Shape{16}, Initializer::uniform(0.5f));
+  Value b2 = s.get_variable("b2", Shape{5}, Initializer::uniform(0.5f));
+  Value pre = ops::bias_add(s, ops::matmul(s, x, w1), b1);
+  Value h = ops::relu(s, pre);
+  Value logits = ops::bias_add(s, ops::matmul(s, h, w2), b2);
+  Value loss = ops::l2_loss(s, logits);
+  std::vector<Value> fetches = {loss, logits};
+  for (Value g : gradients(s, loss, {x, w1, b1, w2, b2})) fetches.push_back(g);
+  VariableStore variables;
+  variables.initialize(graph, 6);
+  const Tensor input = testing::random_tensor(Shape{8, 20}, 2);
+  auto run = [&](const std::vector<Value>& f, bool fuse, ProgramStats* stats) {
+    Program program(graph, f, variables, {Device{}, 2, true, fuse});
+    program.input(x).copy_from(input);
+    program.run();
+    *stats = program.stats();
+    std::vector<Tensor> out;
+    for (int i = 0; i < program.num_fetches(); ++i) out.push_back(program.output(i).clone());
+    return out;
+  };
+  ProgramStats separate, fused, fetched;
+  expect_close(run(fetches, false, &separate), run(fetches, true, &fused));
+  EXPECT_EQ(fused.fused_nodes, 3);  // MatMul+BiasAdd+Relu, MatMul+BiasAdd
+  std::vector<Value> with_pre = fetches;
+  with_pre.push_back(pre);
+  run(with_pre, true, &fetched);
+  EXPECT_EQ(fetched.fused_nodes, 2);  // MatMul+BiasAdd, then Relu; and the second chain
 }
 
 TEST(LayoutTest, EnvironmentVariableTurnsPropagationOff) {
@@ -162,7 +225,7 @@ TEST(LayoutTest, ProfilingTimesEveryKernelAndReorder) {
     EXPECT_GE(k.seconds, 0.0) << k.node;
     total += k.seconds;
     reorders += k.op == "Reorder";
-    convolutions += k.op == "Conv2D";
+    convolutions += k.op == "Conv2D" || k.op == "Conv2D+BiasAdd+Relu";
   }
   EXPECT_GT(total, 0.0);
   EXPECT_EQ(reorders, program.stats().reorders);

@@ -95,6 +95,9 @@ struct KernelRegistrar {
   KernelRegistrar(const std::string& op, DeviceKind kind, KernelFactory factory);
 };
 const KernelFactory* find_kernel(const std::string& op, DeviceKind kind);
+// A kernel for a chain of nodes that the runtime fuses ("Conv2D+BiasAdd+Relu": the first node's
+// inputs and attributes, then the other inputs of the chain in order; the last node's outputs).
+inline bool is_fused_kernel(const std::string& op) { return op.find('+') != std::string::npos; }
 std::vector<std::string> registered_kernels(DeviceKind kind);  // op names, sorted
 
 // Converts a value between two layouts (`from` != `to`): io.inputs[0] -> io.outputs[0]. One per

@@ -82,6 +82,8 @@ struct Program::Impl {
   Tensor arena;
   std::vector<Block> scratch_blocks;  // per step
   ProgramStats stats;
+  std::vector<char> absorbed;                  // node id -> run inside a fused kernel
+  std::map<int, std::unique_ptr<Node>> fused;  // last node id of a chain -> its fused node
   bool profiling = false;
   std::string placement;
 
@@ -150,6 +152,46 @@ struct Program::Impl {
     return needed;
   }
 
+  // 1b. Fusion: a chain P -> BiasAdd [-> Relu] with P a Conv2D or MatMul becomes one node, built
+  // in place of the chain's last node (all the chain's inputs exist by then: node ids are
+  // topological), when every value of the chain but the last is read only by the next node and
+  // not fetched, and the device has a kernel for it.
+  void plan_fusion(const Graph& graph, const std::vector<char>& needed) {
+    absorbed.assign(graph.nodes().size(), 0);
+    if (!options.fuse) return;
+    std::map<std::pair<int, int>, int> readers;
+    for (const auto& node : graph.nodes())
+      if (needed[static_cast<size_t>(node->id)])
+        for (const Value& in : node->inputs) ++readers[key(in)];
+    for (const Value& f : fetches) readers[key(f)] += 2;  // never fused away
+    auto only_reader = [&](const Value& v) { return readers[key(v)] == 1; };
+    std::map<std::pair<int, int>, const Node*> reader_of;
+    for (const auto& node : graph.nodes())
+      if (needed[static_cast<size_t>(node->id)])
+        for (const Value& in : node->inputs) reader_of[key(in)] = node.get();
+    for (const auto& node : graph.nodes()) {
+      const Node& bias = *node;
+      if (!needed[static_cast<size_t>(bias.id)] || bias.op != "BiasAdd") continue;
+      const Node& first = *bias.inputs[0].node;
+      if ((first.op != "Conv2D" && first.op != "MatMul") || !only_reader(bias.inputs[0]) ||
+          first.outputs[0].shape.numel() == 0 || first.inputs[0].shape().numel() == 0)
+        continue;
+      const Value out{const_cast<Node*>(&bias), 0};
+      const Node* relu = only_reader(out) ? reader_of[key(out)] : nullptr;
+      if (relu != nullptr && relu->op != "Relu") relu = nullptr;
+      auto chain = std::make_unique<Node>(relu != nullptr ? *relu : bias);
+      chain->op = first.op + "+BiasAdd" + (relu != nullptr ? "+Relu" : "");
+      if (find_kernel(chain->op, options.device.kind) == nullptr) continue;
+      chain->inputs = first.inputs;
+      chain->inputs.push_back(bias.inputs[1]);
+      chain->attrs = first.attrs;
+      absorbed[static_cast<size_t>(first.id)] = 1;
+      if (relu != nullptr) absorbed[static_cast<size_t>(bias.id)] = 1;
+      stats.fused_nodes += relu != nullptr ? 2 : 1;
+      fused[chain->id] = std::move(chain);
+    }
+  }
+
   // 2. A source gets its own storage; every other node gets a kernel, built knowing the layouts
   // its inputs come in, preceded by the reorders into the layouts it reads. Fetched values get a
   // plain buffer right after their producer, so that reducers may start on them at once.
@@ -171,7 +213,9 @@ struct Program::Impl {
       t.copy_from(host);
       source = t.view();
     } else {
-      add_kernel(node);
+      if (absorbed[static_cast<size_t>(node.id)]) return;
+      auto chain = fused.find(node.id);
+      add_kernel(chain != fused.end() ? *chain->second : node);
       return;
     }
     int b = add_buffer(Value{const_cast<Node*>(&node), 0}, Layout{}, -1);
@@ -287,6 +331,8 @@ Program::Program(const Graph& graph, std::vector<Value> fetches, VariableStore& 
   KernelThreadsScope threads(options.num_threads);
   if (const char* env = std::getenv("TOWER_LAYOUTS"); env != nullptr && std::string(env) == "plain")
     options.propagate_layouts = false;
+  if (const char* env = std::getenv("TOWER_FUSION"); env != nullptr && std::string(env) == "off")
+    options.fuse = false;
   if (options.precision == Precision::bf16) {
     if (options.device.kind != DeviceKind::cpu)
       fail("--precision bf16 runs on CPU towers only so far; {} towers need --precision fp32",
@@ -303,6 +349,7 @@ Program::Program(const Graph& graph, std::vector<Value> fetches, VariableStore& 
   if (options.device.kind != DeviceKind::cpu)
     m.stream = device_ops(options.device.kind).create_stream(options.device.index);
   const std::vector<char> needed = Impl::needed_nodes(graph, fetches, extra_targets);
+  m.plan_fusion(graph, needed);
   for (const auto& node : graph.nodes())
     if (needed[static_cast<size_t>(node->id)]) m.add_node(*node, variables);
   m.plan_memory();

@@ -23,6 +23,11 @@ struct ProgramOptions {
   // kernel-by-kernel engine (for comparison; the environment variable TOWER_LAYOUTS=plain also
   // turns it off).
   bool propagate_layouts = true;
+  // Run chains that one library primitive computes with post-ops as one kernel: Conv2D or MatMul
+  // -> BiasAdd [-> Relu] where each value of the chain is read only by the next node and not
+  // fetched ("Conv2D+BiasAdd+Relu"), on devices that have such a kernel. Off (or the environment
+  // variable TOWER_FUSION=off): one kernel per node, for comparison.
+  bool fuse = true;
   bool deterministic = true;              // KernelContext::deterministic
   Precision precision = Precision::fp32;  // KernelContext::precision
 };
@@ -37,6 +42,7 @@ struct KernelTime {
 struct ProgramStats {
   int num_kernels = 0;         // one per scheduled node
   int reorders = 0;            // layout conversions run per step
+  int fused_nodes = 0;         // nodes run inside another node's kernel (ProgramOptions::fuse)
   size_t arena_bytes = 0;      // planned (with reuse)
   size_t unplanned_bytes = 0;  // what one buffer per value would take
 };

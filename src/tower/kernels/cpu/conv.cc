@@ -34,15 +34,29 @@ ConvGeometry geometry(const Shape& x, const Shape& w, const ops::Conv2DAttrs& a)
   return {{a.strides[0], a.strides[1]}, {ph.before, pw.before}, {ph.after, pw.after}};
 }
 
-// The forward descriptor, also the hint the backward primitives are built against.
+// The forward descriptor, also the hint the backward primitives are built against. Fused
+// (Conv2D+BiasAdd[+Relu]): with a bias of `bias` channels (f32) and ReLU as a post-op.
 dnnl::convolution_forward::primitive_desc forward_pd(const Shape& x, const Shape& w, const Shape& y,
                                                      const ops::Conv2DAttrs& a,
-                                                     memory::data_type type) {
+                                                     memory::data_type type, int64_t bias = 0,
+                                                     bool relu = false) {
   ConvGeometry g = geometry(x, w, a);
-  dnnl::convolution_forward::desc desc(
-      dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, any_md(x, type),
-      any_md(w, type), any_md(y), g.strides, g.padding_l, g.padding_r);
-  return {desc, user_scratchpad(), engine()};
+  const auto prop = dnnl::prop_kind::forward_training;
+  const auto alg = dnnl::algorithm::convolution_direct;
+  dnnl::primitive_attr attr = user_scratchpad();
+  if (relu) {
+    dnnl::post_ops ops;
+    ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    attr.set_post_ops(ops);
+  }
+  if (bias > 0)
+    return {dnnl::convolution_forward::desc(prop, alg, any_md(x, type), any_md(w, type),
+                                            plain_md(Shape{bias}), any_md(y), g.strides,
+                                            g.padding_l, g.padding_r),
+            attr, engine()};
+  return {dnnl::convolution_forward::desc(prop, alg, any_md(x, type), any_md(w, type), any_md(y),
+                                          g.strides, g.padding_l, g.padding_r),
+          attr, engine()};
 }
 
 // One tensor argument of the primitive, in the layout the primitive chose: the runtime hands it
@@ -112,21 +126,28 @@ Arg output_arg(int dnnl_arg, const Shape& shape, const memory::desc& md) {
   return Arg{.dnnl_arg = dnnl_arg, .is_output = true, .shape = shape, .md = md};
 }
 
-KernelRegistrar conv2d_kernel{
-    "Conv2D", DeviceKind::cpu,
-    [](const Node& node, const KernelContext& context) -> std::unique_ptr<Kernel> {
-      const Shape& x = node.inputs[0].shape();
-      const Shape& w = node.inputs[1].shape();
-      const Shape& y = node.outputs[0].shape;
-      auto pd = build(node, [&] {
-        return forward_pd(x, w, y, node.attr<ops::Conv2DAttrs>(), operand_type(context));
-      });
-      return std::make_unique<ConvKernel>(
-          node, dnnl::convolution_forward(pd), pd.scratchpad_desc(),
-          std::vector<Arg>{input_arg(DNNL_ARG_SRC, 0, x, pd.src_desc()),
-                           input_arg(DNNL_ARG_WEIGHTS, 1, w, pd.weights_desc()),
-                           output_arg(DNNL_ARG_DST, y, pd.dst_desc())});
-    }};
+// Conv2D, and the fused Conv2D+BiasAdd[+Relu] (inputs x, w, bias).
+template <bool kBias, bool kRelu>
+std::unique_ptr<Kernel> make_conv2d(const Node& node, const KernelContext& context) {
+  const Shape& x = node.inputs[0].shape();
+  const Shape& w = node.inputs[1].shape();
+  const Shape& y = node.outputs[0].shape;
+  const int64_t bias = kBias ? w[0] : 0;
+  auto pd = build(node, [&] {
+    return forward_pd(x, w, y, node.attr<ops::Conv2DAttrs>(), operand_type(context), bias, kRelu);
+  });
+  std::vector<Arg> args = {input_arg(DNNL_ARG_SRC, 0, x, pd.src_desc()),
+                           input_arg(DNNL_ARG_WEIGHTS, 1, w, pd.weights_desc())};
+  if (kBias) args.push_back(input_arg(DNNL_ARG_BIAS, 2, Shape{bias}, pd.bias_desc()));
+  args.push_back(output_arg(DNNL_ARG_DST, y, pd.dst_desc()));
+  return std::make_unique<ConvKernel>(node, dnnl::convolution_forward(pd), pd.scratchpad_desc(),
+                                      std::move(args));
+}
+
+KernelRegistrar conv2d_kernel{"Conv2D", DeviceKind::cpu, make_conv2d<false, false>};
+KernelRegistrar conv2d_bias_kernel{"Conv2D+BiasAdd", DeviceKind::cpu, make_conv2d<true, false>};
+KernelRegistrar conv2d_bias_relu_kernel{"Conv2D+BiasAdd+Relu", DeviceKind::cpu,
+                                        make_conv2d<true, true>};
 
 // inputs (w, dy) -> dx
 KernelRegistrar conv2d_backprop_input_kernel{

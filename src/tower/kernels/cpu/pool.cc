@@ -215,12 +215,14 @@ class MaxPoolGradKernel : public Kernel {
     const float* x = io.inputs[0].data<float>();
     const float* dy = io.inputs[1].data<float>();
     float* dx = const_cast<Tensor&>(io.outputs[0]).data<float>();
-    std::memset(dx, 0, x_md_.get_size());  // padded channels of a block stay zero
 #pragma omp parallel for schedule(static)
     for (int64_t plane = 0; plane < x_shape[0] * blocks; ++plane) {
       const int64_t n = plane / blocks, cb = plane % blocks;
       const int64_t lanes = std::min(block, channels - cb * block);
       const int64_t x_at = n * xs[0] + cb * xs[1], dy_at = n * ds[0] + cb * ds[1];
+      // The plane's dx (its padding lanes too) is contiguous in every layout here: zeroed while
+      // it is about to be in cache anyway.
+      std::memset(dx + x_at, 0, sizeof(float) * static_cast<size_t>(height * width * block));
       for (int64_t oh = 0; oh < dy_shape[2]; ++oh) {
         const int64_t h0 = std::max<int64_t>(oh * a.strides[0] - ph.before, 0);
         const int64_t h1 = std::min(oh * a.strides[0] - ph.before + a.ksize[0], height);

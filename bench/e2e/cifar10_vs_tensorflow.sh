@@ -23,7 +23,7 @@
 # Needs build/bin/tower (or TOWER=...), a C compiler, and PyPI: tensorflow-cpu is installed into
 # build/venv-tf when missing (scripts/pyenv). QUICK=1: 2 threads x 2 towers only and few steps (a
 # smoke test, a few minutes). REPEAT=N: pairs per configuration (default 2; 1 with QUICK).
-# COMBOS="1x1 2x2": the threads x towers to run. TensorFlow's log goes to build/bench/tf.log.
+# COMBOS="1x1 2x2": the threads x towers to run; PRECISIONS="fp32" skips bf16. TensorFlow's log goes to build/bench/tf.log.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 TOWER=${TOWER:-build/bin/tower}
@@ -98,7 +98,7 @@ for mode in train infer; do
   for combo in $COMBOS; do
     threads=${combo%x*}
     towers=${combo#*x}
-    for precision in fp32 bf16; do
+    for precision in ${PRECISIONS:-fp32 bf16}; do
       for load in quiet busy; do
         tower_args=(bench --model cifar10 --batch_size 128 --threads "$threads" --mode "$mode")
         if [ "$mode" = train ]; then tower_args+=(--num_devices "$towers"); fi

@@ -104,7 +104,8 @@ TEST(LayoutTest, PropagationKeepsResultsAndSavesReorders) {
 }
 
 // Fusion (ProgramOptions::fuse): both conv -> bias -> relu chains run as one oneDNN primitive
-// with a bias and a ReLU post-op, forward and every gradient as without it.
+// with a bias and a ReLU post-op, and the max-pooling gradient takes the ReLU gradient after it;
+// forward and every gradient as without fusion.
 TEST(LayoutTest, FusionKeepsResultsAndRunsFewerKernels) {
   ChainGraph c;
   ProgramStats separate, fused;
@@ -112,8 +113,10 @@ TEST(LayoutTest, FusionKeepsResultsAndRunsFewerKernels) {
   std::vector<Tensor> b = run_chain(c, true, &fused, true);
   expect_close(a, b);
   EXPECT_EQ(separate.fused_nodes, 0);
-  EXPECT_EQ(fused.fused_nodes, 4);  // two Conv2D and two BiasAdd inside Conv2D+BiasAdd+Relu
-  EXPECT_EQ(fused.num_kernels, separate.num_kernels - 4);
+  // Two Conv2D and two BiasAdd inside Conv2D+BiasAdd+Relu, a MaxPoolGrad inside
+  // MaxPoolGrad+ReluGrad.
+  EXPECT_EQ(fused.fused_nodes, 5);
+  EXPECT_EQ(fused.num_kernels, separate.num_kernels - 5);
   setenv("TOWER_FUSION", "off", 1);
   ProgramStats off;
   run_chain(c, true, &off, true);
@@ -185,8 +188,9 @@ TEST(LayoutTest, MaxPoolGradientOnPaddedChannelBlocks) {
   VariableStore variables;
   variables.initialize(graph, 4);
   const Tensor input = testing::random_tensor(Shape{3, 5, 11, 11}, 9);
+  // Plain and one kernel per node, against blocked and fused (MaxPoolGrad+ReluGrad).
   auto run = [&](bool propagate) {
-    Program program(graph, fetches, variables, {Device{}, 2, propagate});
+    Program program(graph, fetches, variables, {Device{}, 2, propagate, propagate});
     program.input(images).copy_from(input);
     program.run();
     std::vector<Tensor> out;

@@ -152,43 +152,61 @@ struct Program::Impl {
     return needed;
   }
 
-  // 1b. Fusion: a chain P -> BiasAdd [-> Relu] with P a Conv2D or MatMul becomes one node, built
-  // in place of the chain's last node (all the chain's inputs exist by then: node ids are
-  // topological), when every value of the chain but the last is read only by the next node and
-  // not fetched, and the device has a kernel for it.
+  // 1b. Fusion: chains that one kernel computes become one node, built in place of the chain's
+  // last node (all the chain's inputs exist by then: node ids are topological), when every value
+  // of the chain but the last is read only by the next node and not fetched, and the device has a
+  // kernel for the chain: Conv2D or MatMul -> BiasAdd [-> Relu] (bias and ReLU as post-ops), and
+  // MaxPoolGrad -> ReluGrad where the ReLU's output is what was pooled.
   void plan_fusion(const Graph& graph, const std::vector<char>& needed) {
     absorbed.assign(graph.nodes().size(), 0);
     if (!options.fuse) return;
-    std::map<std::pair<int, int>, int> readers;
+    std::map<std::pair<int, int>, std::vector<const Node*>> readers;
     for (const auto& node : graph.nodes())
       if (needed[static_cast<size_t>(node->id)])
-        for (const Value& in : node->inputs) ++readers[key(in)];
-    for (const Value& f : fetches) readers[key(f)] += 2;  // never fused away
-    auto only_reader = [&](const Value& v) { return readers[key(v)] == 1; };
-    std::map<std::pair<int, int>, const Node*> reader_of;
-    for (const auto& node : graph.nodes())
-      if (needed[static_cast<size_t>(node->id)])
-        for (const Value& in : node->inputs) reader_of[key(in)] = node.get();
+        for (const Value& in : node->inputs) readers[key(in)].push_back(node.get());
+    // The next node of a chain: the only reader of v, when v is not fetched.
+    auto next = [&](const Value& v) -> const Node* {
+      const auto& r = readers[key(v)];
+      const bool fetched =
+          std::any_of(fetches.begin(), fetches.end(), [&](const Value& f) { return f == v; });
+      return r.size() == 1 && !fetched ? r[0] : nullptr;
+    };
+    auto out = [](const Node* n) { return Value{const_cast<Node*>(n), 0}; };
     for (const auto& node : graph.nodes()) {
-      const Node& bias = *node;
-      if (!needed[static_cast<size_t>(bias.id)] || bias.op != "BiasAdd") continue;
-      const Node& first = *bias.inputs[0].node;
-      if ((first.op != "Conv2D" && first.op != "MatMul") || !only_reader(bias.inputs[0]) ||
-          first.outputs[0].shape.numel() == 0 || first.inputs[0].shape().numel() == 0)
+      const Node& first = *node;
+      if (!needed[static_cast<size_t>(first.id)] || first.outputs.empty() ||
+          first.outputs[0].shape.numel() == 0)
         continue;
-      const Value out{const_cast<Node*>(&bias), 0};
-      const Node* relu = only_reader(out) ? reader_of[key(out)] : nullptr;
-      if (relu != nullptr && relu->op != "Relu") relu = nullptr;
-      auto chain = std::make_unique<Node>(relu != nullptr ? *relu : bias);
-      chain->op = first.op + "+BiasAdd" + (relu != nullptr ? "+Relu" : "");
-      if (find_kernel(chain->op, options.device.kind) == nullptr) continue;
-      chain->inputs = first.inputs;
-      chain->inputs.push_back(bias.inputs[1]);
-      chain->attrs = first.attrs;
-      absorbed[static_cast<size_t>(first.id)] = 1;
-      if (relu != nullptr) absorbed[static_cast<size_t>(bias.id)] = 1;
-      stats.fused_nodes += relu != nullptr ? 2 : 1;
-      fused[chain->id] = std::move(chain);
+      std::vector<const Node*> chain = {&first};
+      if (first.op == "Conv2D" || first.op == "MatMul") {
+        const Node* bias = next(out(&first));
+        if (bias == nullptr || bias->op != "BiasAdd" || first.inputs[0].shape().numel() == 0)
+          continue;
+        chain.push_back(bias);
+        const Node* relu = next(out(bias));
+        if (relu != nullptr && relu->op == "Relu") chain.push_back(relu);
+      } else if (first.op == "MaxPoolGrad") {
+        const Node* relu_grad = next(out(&first));
+        if (relu_grad == nullptr || relu_grad->op != "ReluGrad" ||
+            relu_grad->inputs[1] != first.inputs[0])
+          continue;
+        chain.push_back(relu_grad);
+      } else {
+        continue;
+      }
+      auto fused_node = std::make_unique<Node>(*chain.back());
+      fused_node->op = first.op;
+      fused_node->inputs = first.inputs;
+      for (size_t i = 1; i < chain.size(); ++i) {
+        fused_node->op += "+" + chain[i]->op;
+        const auto& in = chain[i]->inputs;  // all but the value from the chain
+        fused_node->inputs.insert(fused_node->inputs.end(), in.begin() + 1, in.end());
+      }
+      fused_node->attrs = first.attrs;
+      if (find_kernel(fused_node->op, options.device.kind) == nullptr) continue;
+      for (size_t i = 0; i + 1 < chain.size(); ++i) absorbed[static_cast<size_t>(chain[i]->id)] = 1;
+      stats.fused_nodes += static_cast<int>(chain.size()) - 1;
+      fused[fused_node->id] = std::move(fused_node);
     }
   }
 

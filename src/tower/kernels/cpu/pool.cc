@@ -4,16 +4,19 @@
 // layout conversions cost (cifar10's second pooling, after LRN, 9 ms against 1 ms for the
 // conversion and 1 ms for the pooling, per step of 128 on 2 cores).
 //
-// MaxPoolGrad has only x and dy. It is a plain loop in x's layout (NCHW, nChw8c, nChw16c or NHWC):
-// each window's argmax found again in x (the first largest, in row-major order, as TensorFlow)
-// gets dy added. oneDNN would need its workspace, which the forward pass does not keep: running
-// the forward again for it and then oneDNN's backward cost 15 ms per cifar10 step against 3 ms.
-// In other layouts it does that (and AvgPoolGrad, which has no x, runs oneDNN on plain NCHW).
+// MaxPoolGrad has only x and dy. It is a plain loop in x's layout (NCHW, nChw8c, nChw16c or NHWC;
+// others are converted): each window's argmax found again in x (the first largest, in row-major
+// order, as TensorFlow) gets dy added. oneDNN would need its workspace, which the forward pass
+// does not keep: running the forward again for it and then oneDNN's backward cost 15 ms per
+// cifar10 step against 3 ms. Fused with the ReLU gradient that follows it (MaxPoolGrad+ReluGrad,
+// when x is the ReLU's output) it skips the windows whose maximum is not positive. AvgPoolGrad,
+// which has no x, runs oneDNN on plain NCHW.
 #include "tower/ops/pool.h"
 
 #include <algorithm>
 #include <cstring>
 #include <optional>
+#include <vector>
 
 #include "tower/core/device.h"
 #include "tower/kernels/cpu/dnnl_util.h"
@@ -83,75 +86,44 @@ class PoolForwardKernel : public Kernel {
   std::unordered_map<int, memory> args_;
 };
 
-// Scratch layout: [forward scratchpad | backward scratchpad | y | workspace]; the last two only
-// for max pooling.
-class PoolBackwardKernel : public Kernel {
+// AvgPoolGrad (input dy) on plain NCHW.
+class AvgPoolGradKernel : public Kernel {
  public:
-  PoolBackwardKernel(const Node& node, const KernelContext& context, bool is_max)
-      : node_(node), is_max_(is_max) {
-    const Shape& dy = node.inputs[is_max ? 1 : 0].shape();
+  AvgPoolGradKernel(const Node& node, const KernelContext&) : node_(node) {
+    const Shape& dy = node.inputs[0].shape();
     const Shape& dx = node.outputs[0].shape;
-    const ops::PoolAttrs& a =
-        is_max ? node.attr<ops::PoolAttrs>() : node.attr<ops::PoolGradAttrs>().pool;
-    if (is_max) x_layout_ = pooling_layout(dx, context.input_layout(0));
+    const ops::PoolAttrs& a = node.attr<ops::PoolGradAttrs>().pool;
     build(node, [&] {
-      fwd_pd_ = forward_pd(dnnl::prop_kind::forward_training, is_max, dx, x_layout_, dy, a);
+      fwd_pd_ = forward_pd(dnnl::prop_kind::forward_training, false, dx, Layout{}, dy, a);
       ops::AxisPadding ph = ops::axis_padding(dx[2], a.ksize[0], a.strides[0], a.padding);
       ops::AxisPadding pw = ops::axis_padding(dx[3], a.ksize[1], a.strides[1], a.padding);
-      dnnl::pooling_backward::desc desc(algorithm_of(is_max), md_of(dx, x_layout_),
-                                        fwd_pd_.dst_desc(), {a.strides[0], a.strides[1]},
-                                        {a.ksize[0], a.ksize[1]}, {ph.before, pw.before},
-                                        {ph.after, pw.after});
+      dnnl::pooling_backward::desc desc(algorithm_of(false), plain_md(dx), fwd_pd_.dst_desc(),
+                                        {a.strides[0], a.strides[1]}, {a.ksize[0], a.ksize[1]},
+                                        {ph.before, pw.before}, {ph.after, pw.after});
       bwd_pd_ = dnnl::pooling_backward::primitive_desc(desc, user_scratchpad(), engine(), fwd_pd_);
       return 0;
     });
     bwd_prim_ = dnnl::pooling_backward(bwd_pd_);
-    if (is_max_) fwd_prim_ = dnnl::pooling_forward(fwd_pd_);
-    bwd_scratchpad_at_ = align64(is_max_ ? fwd_pd_.scratchpad_desc().get_size() : 0);
-    y_at_ = bwd_scratchpad_at_ + align64(bwd_pd_.scratchpad_desc().get_size());
-    workspace_at_ = y_at_ + (is_max_ ? align64(fwd_pd_.dst_desc().get_size()) : 0);
-    scratch_bytes_ = workspace_at_ + (is_max_ ? align64(fwd_pd_.workspace_desc().get_size()) : 0);
   }
 
-  size_t scratch_bytes() const override { return scratch_bytes_; }
-  // x and dx in x's layout, dy in the forward output's.
-  Layout input_layout(int i) const override {
-    return i == 0 && is_max_
-               ? x_layout_
-               : to_layout(fwd_pd_.dst_desc(), node_.inputs[static_cast<size_t>(i)].shape());
+  size_t scratch_bytes() const override { return bwd_pd_.scratchpad_desc().get_size(); }
+  Layout input_layout(int) const override {
+    return to_layout(fwd_pd_.dst_desc(), node_.inputs[0].shape());
   }
-  Layout output_layout(int) const override { return x_layout_; }
 
   void bind(const KernelIO& io) override {
-    auto* scratch = static_cast<char*>(io.scratch);
-    const Tensor& dy = io.inputs[is_max_ ? 1 : 0];
-    bwd_args_ = {{DNNL_ARG_DIFF_DST, make_memory(bwd_pd_.diff_dst_desc(), dy)},
-                 {DNNL_ARG_DIFF_SRC, make_memory(bwd_pd_.diff_src_desc(), io.outputs[0])}};
-    add_scratchpad(bwd_args_, bwd_pd_.scratchpad_desc(), scratch + bwd_scratchpad_at_);
-    if (!is_max_) return;
-    memory workspace(fwd_pd_.workspace_desc(), engine(), scratch + workspace_at_);
-    bwd_args_[DNNL_ARG_WORKSPACE] = workspace;
-    fwd_args_ = {{DNNL_ARG_SRC, make_memory(fwd_pd_.src_desc(), io.inputs[0])},
-                 {DNNL_ARG_DST, memory(fwd_pd_.dst_desc(), engine(), scratch + y_at_)},
-                 {DNNL_ARG_WORKSPACE, workspace}};
-    add_scratchpad(fwd_args_, fwd_pd_.scratchpad_desc(), scratch);
+    args_ = {{DNNL_ARG_DIFF_DST, make_memory(bwd_pd_.diff_dst_desc(), io.inputs[0])},
+             {DNNL_ARG_DIFF_SRC, make_memory(bwd_pd_.diff_src_desc(), io.outputs[0])}};
+    add_scratchpad(args_, bwd_pd_.scratchpad_desc(), io.scratch);
   }
-
-  void run(const KernelIO& io) override {
-    if (is_max_) execute(node_, *fwd_prim_, fwd_args_);
-    execute(node_, bwd_prim_, bwd_args_);
-  }
+  void run(const KernelIO&) override { execute(node_, bwd_prim_, args_); }
 
  private:
   const Node& node_;
-  bool is_max_;
-  Layout x_layout_;
   dnnl::pooling_forward::primitive_desc fwd_pd_;
   dnnl::pooling_backward::primitive_desc bwd_pd_;
-  std::optional<dnnl::pooling_forward> fwd_prim_;
   dnnl::pooling_backward bwd_prim_;
-  size_t bwd_scratchpad_at_ = 0, y_at_ = 0, workspace_at_ = 0, scratch_bytes_ = 0;
-  std::unordered_map<int, memory> fwd_args_, bwd_args_;
+  std::unordered_map<int, memory> args_;
 };
 
 // The layouts the hand-written MaxPoolGrad works in.
@@ -162,12 +134,11 @@ std::optional<memory::format_tag> loop_tag(const Shape& x, const Layout& layout)
   return std::nullopt;
 }
 
-constexpr int kMaxWindow = 64;
-
 // L neighbouring channels of one output position: the first largest x of the window (positions
-// at `offsets`, row-major) gets g. Compares and selects without branches, so they vectorize.
-template <int L>
-void argmax_lanes(const float* x, const int64_t* offsets, int32_t positions, const float* g,
+// at `offsets`, row-major) gets g (kRelu: only where that x is > 0, ReLU's gradient with x its
+// output). Compares and selects without branches, so they vectorize.
+template <int L, bool kRelu>
+void argmax_lanes(const float* x, const int64_t* offsets, int64_t positions, const float* g,
                   float* dx) {
   float best[L];
   int32_t index[L];
@@ -175,30 +146,40 @@ void argmax_lanes(const float* x, const int64_t* offsets, int32_t positions, con
     best[l] = x[offsets[0] + l];
     index[l] = 0;
   }
-  for (int32_t k = 1; k < positions; ++k) {
+  for (int64_t k = 1; k < positions; ++k) {
     const float* p = x + offsets[k];
     for (int l = 0; l < L; ++l) {
       const bool larger = p[l] > best[l];
       best[l] = larger ? p[l] : best[l];
-      index[l] = larger ? k : index[l];
+      index[l] = larger ? static_cast<int32_t>(k) : index[l];
     }
   }
-  for (int l = 0; l < L; ++l) dx[offsets[index[l]] + l] += g[l];
+  for (int l = 0; l < L; ++l)
+    if (!kRelu || best[l] > 0.0f) dx[offsets[index[l]] + l] += g[l];
 }
 
+// MaxPoolGrad (inputs x, dy), and MaxPoolGrad+ReluGrad (inputs x, dy and ReLU's output, which is
+// x).
+template <bool kRelu>
 class MaxPoolGradKernel : public Kernel {
  public:
-  MaxPoolGradKernel(const Node& node, const Layout& layout, memory::format_tag tag)
-      : node_(node), layout_(layout) {
+  MaxPoolGradKernel(const Node& node, const KernelContext& context) : node_(node) {
     const Shape& x = node.inputs[0].shape();
     const Shape& dy = node.inputs[1].shape();
-    x_md_ = memory::desc(to_dims(x), memory::data_type::f32, tag);
-    dy_md_ = memory::desc(to_dims(dy), memory::data_type::f32, tag);
+    layout_ = pooling_layout(x, context.input_layout(0));
+    auto tag = loop_tag(x, layout_);
+    if (!tag) {  // another layout: have the runtime convert x to a standard one
+      layout_ = pooling_layout(x, Layout{});
+      tag = loop_tag(x, layout_);
+    }
+    TOWER_CHECK(tag.has_value());
+    x_md_ = memory::desc(to_dims(x), memory::data_type::f32, *tag);
+    dy_md_ = memory::desc(to_dims(dy), memory::data_type::f32, *tag);
     x_blocks_ = *channel_blocks(x_md_);
     dy_blocks_ = *channel_blocks(dy_md_);
   }
   Layout input_layout(int i) const override {
-    return i == 0 ? layout_ : to_layout(dy_md_, node_.inputs[1].shape());
+    return i == 1 ? to_layout(dy_md_, node_.inputs[1].shape()) : layout_;
   }
   Layout output_layout(int) const override { return layout_; }
 
@@ -223,6 +204,7 @@ class MaxPoolGradKernel : public Kernel {
       // The plane's dx (its padding lanes too) is contiguous in every layout here: zeroed while
       // it is about to be in cache anyway.
       std::memset(dx + x_at, 0, sizeof(float) * static_cast<size_t>(height * width * block));
+      std::vector<int64_t> offsets(static_cast<size_t>(a.ksize[0] * a.ksize[1]));
       for (int64_t oh = 0; oh < dy_shape[2]; ++oh) {
         const int64_t h0 = std::max<int64_t>(oh * a.strides[0] - ph.before, 0);
         const int64_t h1 = std::min(oh * a.strides[0] - ph.before + a.ksize[0], height);
@@ -232,18 +214,19 @@ class MaxPoolGradKernel : public Kernel {
           const float* g = dy + dy_at + oh * ds[2] + ow * ds[3];
           if (h0 >= h1 || w0 >= w1) continue;
           // Offsets of the window's positions, in row-major order.
-          int64_t offsets[kMaxWindow];
-          int32_t positions = 0;
+          int64_t positions = 0;
           for (int64_t h = h0; h < h1; ++h)
-            for (int64_t w = w0; w < w1; ++w) offsets[positions++] = x_at + h * xs[2] + w * xs[3];
+            for (int64_t w = w0; w < w1; ++w)
+              offsets[static_cast<size_t>(positions++)] = x_at + h * xs[2] + w * xs[3];
+          const int64_t* o = offsets.data();
           int64_t l0 = 0;
           if (lanes == 8) {
-            argmax_lanes<8>(x, offsets, positions, g, dx);
+            argmax_lanes<8, kRelu>(x, o, positions, g, dx);
             l0 = 8;
           }
           for (; l0 + 16 <= lanes; l0 += 16)
-            argmax_lanes<16>(x + l0, offsets, positions, g + l0, dx + l0);
-          for (; l0 < lanes; ++l0) argmax_lanes<1>(x + l0, offsets, positions, g + l0, dx + l0);
+            argmax_lanes<16, kRelu>(x + l0, o, positions, g + l0, dx + l0);
+          for (; l0 < lanes; ++l0) argmax_lanes<1, kRelu>(x + l0, o, positions, g + l0, dx + l0);
         }
       }
     }
@@ -256,26 +239,24 @@ class MaxPoolGradKernel : public Kernel {
   ChannelBlocks x_blocks_, dy_blocks_;
 };
 
-template <typename K, bool is_max>
+template <typename K>
 std::unique_ptr<Kernel> make(const Node& node, const KernelContext& context) {
-  return std::make_unique<K>(node, context, is_max);
+  return std::make_unique<K>(node, context);
 }
 
-std::unique_ptr<Kernel> make_max_pool_grad(const Node& node, const KernelContext& context) {
-  const Shape& x = node.inputs[0].shape();
-  const Layout layout = pooling_layout(x, context.input_layout(0));
-  const ops::PoolAttrs& a = node.attr<ops::PoolAttrs>();
-  if (x.rank() == 4 && x.numel() > 0 && a.ksize[0] * a.ksize[1] <= kMaxWindow)
-    if (auto tag = loop_tag(x, layout))
-      return std::make_unique<MaxPoolGradKernel>(node, layout, *tag);
-  return std::make_unique<PoolBackwardKernel>(node, context, true);
-}
-
-KernelRegistrar max_pool_kernel{"MaxPool", DeviceKind::cpu, make<PoolForwardKernel, true>};
-KernelRegistrar avg_pool_kernel{"AvgPool", DeviceKind::cpu, make<PoolForwardKernel, false>};
-KernelRegistrar max_pool_grad_kernel{"MaxPoolGrad", DeviceKind::cpu, make_max_pool_grad};
-KernelRegistrar avg_pool_grad_kernel{"AvgPoolGrad", DeviceKind::cpu,
-                                     make<PoolBackwardKernel, false>};
+KernelRegistrar max_pool_kernel{"MaxPool", DeviceKind::cpu,
+                                [](const Node& node, const KernelContext& context) {
+                                  return std::make_unique<PoolForwardKernel>(node, context, true);
+                                }};
+KernelRegistrar avg_pool_kernel{"AvgPool", DeviceKind::cpu,
+                                [](const Node& node, const KernelContext& context) {
+                                  return std::make_unique<PoolForwardKernel>(node, context, false);
+                                }};
+KernelRegistrar max_pool_grad_kernel{"MaxPoolGrad", DeviceKind::cpu,
+                                     make<MaxPoolGradKernel<false>>};
+KernelRegistrar max_pool_grad_relu_kernel{"MaxPoolGrad+ReluGrad", DeviceKind::cpu,
+                                          make<MaxPoolGradKernel<true>>};
+KernelRegistrar avg_pool_grad_kernel{"AvgPoolGrad", DeviceKind::cpu, make<AvgPoolGradKernel>};
 
 }  // namespace
 }  // namespace tower::cpu

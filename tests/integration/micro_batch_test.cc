@@ -27,15 +27,7 @@ std::map<std::string, std::string> tensors(const std::string& dir, int64_t step)
   return out;
 }
 
-std::string mpirun(int ranks) {
-#ifdef TOWER_MPIEXEC
-  return std::string(TOWER_MPIEXEC) +
-         " --allow-run-as-root --oversubscribe -x ASAN_OPTIONS=detect_leaks=0 -np " +
-         std::to_string(ranks) + " ";
-#else
-  return "";
-#endif
-}
+using testing::mpirun;
 
 bool have_mpi() { return !mpirun(1).empty(); }
 

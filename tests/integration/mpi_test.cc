@@ -23,6 +23,7 @@ using testing::contains;
 using testing::read_file;
 using testing::write_file;
 
+using testing::mpirun;
 using testing::run_command;
 using testing::run_tower;
 using testing::TmpDir;
@@ -64,17 +65,6 @@ class MpiTest : public ::testing::Test {
 #ifndef TOWER_MPIEXEC
     GTEST_SKIP()
         << "this build has no MPI (apt-get install libopenmpi-dev openmpi-bin, then rebuild)";
-#endif
-  }
-  static std::string mpirun(int ranks) {
-#ifdef TOWER_MPIEXEC
-    // Open MPI leaks its own buffers at MPI_Finalize (in components it has unloaded by then, so
-    // no suppression can name them): leak checks of sanitizer builds stay off in the ranks.
-    return std::string(TOWER_MPIEXEC) +
-           " --allow-run-as-root --oversubscribe -x ASAN_OPTIONS=detect_leaks=0 -np " +
-           std::to_string(ranks) + " ";
-#else
-    return "";
 #endif
   }
   // Plain SGD at a constant rate, no moving average: the weights are the whole state.

@@ -49,7 +49,6 @@ TreeReducer::TreeReducer(const std::vector<Shape>& shapes, int num_replicas,
   int64_t first = layout_.rank_first;
   for (int64_t count : layout_.tower_count) {
     TOWER_CHECK(count > 0);
-    tower_first_.push_back(first);
     first += count;
     TowerNodes& t = towers_.emplace_back();
     // The cover of any run of `count` leaves has at most two nodes per level (one more while a
@@ -60,10 +59,10 @@ TreeReducer::TreeReducer(const std::vector<Shape>& shapes, int num_replicas,
   TOWER_CHECK(first == layout_.rank_first + per_rank);
   scalars_.assign(static_cast<size_t>(per_rank * num_scalars_), 0.0f);
   if (ranks_ > 1) {
-    for (int r = 0; r < ranks_; ++r)
-      slot_nodes_ = std::max<int64_t>(
-          slot_nodes_,
-          static_cast<int64_t>(tree_cover(r * per_rank, (r + 1) * per_rank, n).size()));
+    for (int r = 0; r < ranks_; ++r) {
+      rank_covers_.push_back(tree_cover(r * per_rank, (r + 1) * per_rank, n));
+      slot_nodes_ = std::max(slot_nodes_, static_cast<int64_t>(rank_covers_.back().size()));
+    }
     const int64_t slot = slot_nodes_ * total_ + static_cast<int64_t>(scalars_.size());
     sent_.assign(static_cast<size_t>(slot), 0.0f);
     received_.assign(static_cast<size_t>(slot * ranks_), 0.0f);
@@ -143,7 +142,7 @@ void TreeReducer::finish() {
     std::vector<Node> all;
     for (int r = 0; r < ranks_; ++r) {
       float* base = &received_[static_cast<size_t>(r * slot)];
-      const auto cover = tree_cover(r * per_rank, (r + 1) * per_rank, n);
+      const std::vector<TreeSpan>& cover = rank_covers_[static_cast<size_t>(r)];
       for (size_t k = 0; k < cover.size(); ++k)
         push(all, Node{cover[k], base + static_cast<int64_t>(k) * total_}, nullptr);
     }

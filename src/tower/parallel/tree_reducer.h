@@ -76,14 +76,14 @@ class TreeReducer final : public GradientReducer {
   std::vector<int64_t> offsets_;  // of each variable in a node's buffer
   int64_t total_ = 0;
   MicroBatchLayout layout_;
-  std::vector<int64_t> tower_first_;
   int num_scalars_;
   Communicator* comm_;
   int ranks_ = 1;
   std::vector<TowerNodes> towers_;
-  std::vector<float> scalars_;          // [micro-batch of this rank][scalar]
-  std::vector<float> sent_, received_;  // the all-gather's buffers (several ranks)
-  int64_t slot_nodes_ = 0;              // nodes per rank in an all-gather slot
+  std::vector<float> scalars_;                      // [micro-batch of this rank][scalar]
+  std::vector<float> sent_, received_;              // the all-gather's buffers (several ranks)
+  std::vector<std::vector<TreeSpan>> rank_covers_;  // each rank's nodes (several ranks)
+  int64_t slot_nodes_ = 0;                          // nodes per rank in an all-gather slot
   std::vector<std::vector<Tensor>> results_;
   std::vector<float> means_;
   ReduceTrace trace_;

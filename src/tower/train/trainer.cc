@@ -327,13 +327,14 @@ class Run {
   void print_start() {
     if (!chief_) return;
     const size_t towers = plan_.devices.size();
-    std::printf(
-        "training %s on %s: %s%zu tower%s (%s), global batch %lld, %lld steps (%lld per epoch)\n",
-        config_.model.c_str(), train_set_->name.c_str(),
-        comm_.size() > 1 ? fmt::format("{} ranks x ", comm_.size()).c_str() : "", towers,
-        towers == 1 ? "" : "s", std::string(strategy_name(config_.strategy)).c_str(),
-        static_cast<long long>(global_batch_), static_cast<long long>(total_steps_),
-        static_cast<long long>(steps_per_epoch_));
+    const int64_t micro = config_.micro_batch_size;
+    fmt::print(
+        "training {} on {}: {}{} tower{} ({}), global batch {}{}, {} steps ({} per epoch)\n",
+        config_.model, train_set_->name,
+        comm_.size() > 1 ? fmt::format("{} ranks x ", comm_.size()) : "", towers,
+        towers == 1 ? "" : "s", strategy_name(config_.strategy), global_batch_,
+        micro > 0 ? fmt::format(" in {} micro-batches of {}", global_batch_ / micro, micro) : "",
+        total_steps_, steps_per_epoch_);
     std::fflush(stdout);
   }
 

@@ -163,6 +163,27 @@ TEST(LayoutTest, MatMulChainsFuseUnlessAValueIsReadElsewhere) {
   EXPECT_EQ(fetched.fused_nodes, 2);  // MatMul+BiasAdd, then Relu; and the second chain
 }
 
+// LRN after a ReLU: its gradient takes the ReLU gradient (LRNGrad+ReluGrad, zero where the ReLU's
+// output is not positive).
+TEST(LayoutTest, LrnGradientTakesTheReluGradientAfterIt) {
+  Graph graph;
+  Scope s(graph);
+  Value images = s.placeholder("images", Shape{3, 4, 7, 7});
+  Value w = s.get_variable("w", Shape{12, 4, 3, 3}, Initializer::he_normal());
+  Value h = ops::relu(s, ops::conv2d(s, images, w, {{1, 1}, ops::Padding::same}));
+  Value loss = ops::l2_loss(s, ops::lrn(s, h, {}));
+  std::vector<Value> fetches = {loss};
+  for (Value g : gradients(s, loss, {images, w})) fetches.push_back(g);
+  VariableStore variables;
+  variables.initialize(graph, 8);
+  const Tensor input = testing::random_tensor(Shape{3, 4, 7, 7}, 4);
+  ProgramStats separate, fused;
+  expect_close(
+      run_program(graph, fetches, variables, {Device{}, 2, true, false}, images, input, &separate),
+      run_program(graph, fetches, variables, {Device{}, 2, true, true}, images, input, &fused));
+  EXPECT_EQ(fused.fused_nodes, 1);
+}
+
 TEST(LayoutTest, EnvironmentVariableTurnsPropagationOff) {
   ChainGraph c;
   ProgramStats off, on;

@@ -156,7 +156,7 @@ struct Program::Impl {
   // last node (all the chain's inputs exist by then: node ids are topological), when every value
   // of the chain but the last is read only by the next node and not fetched, and the device has a
   // kernel for the chain: Conv2D or MatMul -> BiasAdd [-> Relu] (bias and ReLU as post-ops), and
-  // MaxPoolGrad -> ReluGrad where the ReLU's output is what was pooled.
+  // MaxPoolGrad or LRNGrad -> ReluGrad where the ReLU's output is what was pooled or normalized.
   void plan_fusion(const Graph& graph, const std::vector<char>& needed) {
     absorbed.assign(graph.nodes().size(), 0);
     if (!options.fuse) return;
@@ -185,7 +185,7 @@ struct Program::Impl {
         chain.push_back(bias);
         const Node* relu = next(out(bias));
         if (relu != nullptr && relu->op == "Relu") chain.push_back(relu);
-      } else if (first.op == "MaxPoolGrad") {
+      } else if (first.op == "MaxPoolGrad" || first.op == "LRNGrad") {
         const Node* relu_grad = next(out(&first));
         if (relu_grad == nullptr || relu_grad->op != "ReluGrad" ||
             relu_grad->inputs[1] != first.inputs[0])

@@ -5,6 +5,7 @@
 // compiled for AVX-512, AVX2 and the baseline, the CPU picking one at load time.
 //   d[c] = bias + alpha * sum_{|c'-c| <= r} x[c']^2,   y[c] = x[c] * d[c]^-beta
 //   dx[c] = dy[c] d[c]^-beta - 2 alpha beta x[c] sum_{|c'-c| <= r} dy[c'] x[c'] d[c']^(-beta-1)
+// LRNGrad+ReluGrad (fused by the runtime when x is a ReLU's output) zeroes dx where x is not > 0.
 #include "tower/ops/lrn.h"
 
 #include <omp.h>
@@ -61,8 +62,9 @@ TOWER_ALWAYS_INLINE void window_denominator(const float* x, int64_t channels, in
   for (int64_t i = 0; i < channels * plane; ++i) d[i] = a.bias + a.alpha * d[i];
 }
 
-// One image: y = LRN(x), or (dy given) dx. `sq`, `d` and `t` are scratch of one image each.
-template <bool kBackward, Exponent kExponent>
+// One image: y = LRN(x), or (dy given) dx (kRelu: times x > 0). `sq`, `d` and `t` are scratch of
+// one image each.
+template <bool kBackward, bool kRelu, Exponent kExponent>
 TOWER_ALWAYS_INLINE void lrn_image_body(const float* x, const float* dy, float* out, float* sq,
                                         float* d, float* t, int64_t channels, int64_t plane,
                                         const ops::LRNAttrs& a) {
@@ -78,7 +80,10 @@ TOWER_ALWAYS_INLINE void lrn_image_body(const float* x, const float* dy, float* 
     }
     window_sum(t, channels, plane, a.depth_radius, sq);
     const float k = 2.0f * a.alpha * a.beta;
-    for (int64_t i = 0; i < image; ++i) out[i] = dy[i] * d[i] - k * x[i] * sq[i];
+    for (int64_t i = 0; i < image; ++i) {
+      const float dx = dy[i] * d[i] - k * x[i] * sq[i];
+      out[i] = kRelu && !(x[i] > 0.0f) ? 0.0f : dx;
+    }
   }
 }
 
@@ -90,12 +95,15 @@ TOWER_ALWAYS_INLINE void lrn_image_body(const float* x, const float* dy, float* 
 #define TOWER_LRN_CLONES [[gnu::target_clones("avx512f", "avx2", "default")]]
 #endif
 TOWER_LRN_CLONES void lrn_image(const float* x, const float* dy, float* out, float* sq, float* d,
-                                float* t, int64_t channels, int64_t plane, const ops::LRNAttrs& a) {
+                                float* t, int64_t channels, int64_t plane, bool relu,
+                                const ops::LRNAttrs& a) {
   auto run = [&]<Exponent kExponent>() {
     if (dy == nullptr)
-      lrn_image_body<false, kExponent>(x, dy, out, sq, d, t, channels, plane, a);
+      lrn_image_body<false, false, kExponent>(x, dy, out, sq, d, t, channels, plane, a);
+    else if (relu)
+      lrn_image_body<true, true, kExponent>(x, dy, out, sq, d, t, channels, plane, a);
     else
-      lrn_image_body<true, kExponent>(x, dy, out, sq, d, t, channels, plane, a);
+      lrn_image_body<true, false, kExponent>(x, dy, out, sq, d, t, channels, plane, a);
   };
   if (a.beta == 0.75f)
     run.template operator()<Exponent::three_quarters>();
@@ -107,8 +115,8 @@ TOWER_LRN_CLONES void lrn_image(const float* x, const float* dy, float* out, flo
 
 class LRNKernel : public Kernel {
  public:
-  LRNKernel(const Node& node, int num_threads, bool backward)
-      : attrs_(node.attr<ops::LRNAttrs>()), backward_(backward) {
+  LRNKernel(const Node& node, int num_threads, bool backward, bool relu = false)
+      : attrs_(node.attr<ops::LRNAttrs>()), backward_(backward), relu_(relu) {
     const Shape& x = node.inputs[0].shape();
     batch_ = x[0];
     channels_ = x[1];
@@ -132,13 +140,13 @@ class LRNKernel : public Kernel {
       float* d = sq + aligned_floats(static_cast<size_t>(image));
       float* t = backward_ ? d + aligned_floats(static_cast<size_t>(image)) : nullptr;
       lrn_image(x + n * image, backward_ ? dy + n * image : nullptr, out + n * image, sq, d, t,
-                channels_, plane_, attrs_);
+                channels_, plane_, relu_, attrs_);
     }
   }
 
  private:
   ops::LRNAttrs attrs_;
-  bool backward_;
+  bool backward_, relu_;
   int64_t batch_ = 0, channels_ = 0, plane_ = 0;
   size_t per_thread_ = 0;
   int threads_ = 1;
@@ -154,6 +162,12 @@ KernelRegistrar lrn_grad_kernel{
     "LRNGrad", DeviceKind::cpu,
     [](const Node& node, const KernelContext& context) -> std::unique_ptr<Kernel> {
       return std::make_unique<LRNKernel>(node, context.num_threads, true);
+    }};
+// inputs (x, dy, ReLU's output = x) -> dx where x > 0
+KernelRegistrar lrn_grad_relu_kernel{
+    "LRNGrad+ReluGrad", DeviceKind::cpu,
+    [](const Node& node, const KernelContext& context) -> std::unique_ptr<Kernel> {
+      return std::make_unique<LRNKernel>(node, context.num_threads, true, true);
     }};
 
 }  // namespace

@@ -108,6 +108,13 @@ void print_profile(const Flags& flags, Program& program, F&& step) {
              100 * kernels_ms / step_ms);
   fmt::print(stderr, "  {:<36} {:>8} {:>9.3f} {:>6.1f}%\n", "outside kernels", "",
              step_ms - kernels_ms, 100 * (step_ms - kernels_ms) / step_ms);
+  std::vector<KernelTime> slowest = kernels;
+  std::sort(slowest.begin(), slowest.end(),
+            [](const KernelTime& a, const KernelTime& b) { return a.seconds > b.seconds; });
+  slowest.resize(std::min<size_t>(slowest.size(), 12));
+  fmt::print(stderr, "slowest kernels:\n");
+  for (const KernelTime& k : slowest)
+    fmt::print(stderr, "  {:<36} {:<24} {:>9.3f}\n", k.op, k.node, k.seconds * 1e3 / flags.steps);
 }
 
 // Cross-rank all-reduce time by message size (the latency/bandwidth of the MPI transport), the

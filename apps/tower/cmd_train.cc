@@ -78,6 +78,10 @@ CommandRegistrar registrar{
        app.add_option("--devices", flags.devices, "Devices, e.g. cpu:0,cpu:1 (one tower each)");
        app.add_option("--num_devices", c.num_devices, "Split the CPU cores into N logical devices")
            ->check(positive);
+       app.add_option("--num_threads", c.num_threads,
+                      "Threads of all CPU towers together, split evenly (default: this rank's "
+                      "share of the cores)")
+           ->check(positive);
        app.add_option("--num_gpus", flags.num_gpus, "Towers on cuda:0..N-1 (the classic flag)")
            ->check(positive);
        app.add_flag("--allow_soft_placement", c.allow_soft_placement,

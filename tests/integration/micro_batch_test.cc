@@ -48,12 +48,15 @@ class MicroBatchTest : public ::testing::Test {
     delete cifar_;
   }
   // `ranks` > 1 runs under mpirun. A constant learning rate, so that a run stopped at step N and
-  // resumed follows the run that went on (a cosine schedule depends on --max_steps).
+  // resumed follows the run that went on (a cosine schedule depends on --max_steps). One thread
+  // per tower in every layout: oneDNN's AVX-512 weight gradients (convolution, matmul) split
+  // their sums over the threads of the team, so the same bits need the same threads per tower.
   static testing::CommandResult train(const std::string& model_flags, const std::string& dir,
                                       int ranks, int towers, int steps,
                                       const std::string& extra = "") {
     const std::string flags = model_flags + " --num_devices " + std::to_string(towers) +
-                              " --max_steps " + std::to_string(steps) + " --train_dir " + dir +
+                              " --num_threads " + std::to_string(towers) + " --max_steps " +
+                              std::to_string(steps) + " --train_dir " + dir +
                               " --lr_schedule constant --log_every 10 --seed 4 " + extra;
     if (ranks == 1) return run_tower("train " + flags);
     return run_command(mpirun(ranks) + testing::tower_binary() + " train " + flags);

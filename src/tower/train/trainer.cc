@@ -157,6 +157,7 @@ class Run {
     comm_.set_timeout(config_.comm_timeout);
     plan_ = select_devices({.devices = config_.devices,
                             .num_devices = config_.num_devices,
+                            .threads = config_.num_threads,
                             .allow_soft_placement = config_.allow_soft_placement},
                            comm_);
     const auto towers = static_cast<int64_t>(plan_.devices.size());
@@ -644,6 +645,7 @@ void validate(const TrainConfig& c) {
     fail("nothing to train: give --max_steps N or --epochs E greater than 0");
   check_number("--bucket_mb", c.bucket_mb, 1.0 / 1024, 65536, "a size in MB from 1/1024 to 65536");
   check_count("--num_devices", c.num_devices, 0, kMaxTowersPerRank);
+  check_count("--num_threads", c.num_threads, 0, 4096);
   check_number("--lr", c.lr, 1e-30, 1e30, "a number > 0");
   check_number("--clip_norm", c.clip_norm, 0, 1e30, "a number >= 0 (0: no clipping)");
   if (!std::isfinite(c.ema_decay) || c.ema_decay < 0 || c.ema_decay >= 1)

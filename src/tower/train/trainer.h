@@ -22,6 +22,7 @@ struct TrainConfig {
   std::string data = "fashion-mnist";
   std::vector<Device> devices;  // empty: num_devices logical CPU devices
   int num_devices = 0;          // 0: one per core
+  int num_threads = 0;          // threads of all towers together; 0: this rank's share of the cores
   bool allow_soft_placement = false;
   bool log_device_placement = false;
   Strategy strategy = Strategy::allreduce;

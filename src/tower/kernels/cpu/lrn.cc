@@ -12,6 +12,7 @@
 
 #include <cmath>
 
+#include "tower/kernels/cpu/clones.h"
 #include "tower/kernels/kernel.h"
 
 namespace tower::cpu {
@@ -19,8 +20,6 @@ namespace {
 
 // A count of floats rounded up so that the next buffer starts 64-byte aligned.
 constexpr size_t aligned_floats(size_t n) { return (n + 15) / 16 * 16; }
-
-#define TOWER_ALWAYS_INLINE [[gnu::always_inline]] inline
 
 // d^-beta, with the common exponents of LRN done without pow (a loop over one of these
 // vectorizes; one that chooses per element does not).
@@ -87,14 +86,7 @@ TOWER_ALWAYS_INLINE void lrn_image_body(const float* x, const float* dy, float* 
   }
 }
 
-// ThreadSanitizer's runtime is not up yet when the dynamic loader runs the clones' resolver (it
-// crashes at start-up), so tsan builds compile one generic version.
-#if defined(__SANITIZE_THREAD__)
-#define TOWER_LRN_CLONES
-#else
-#define TOWER_LRN_CLONES [[gnu::target_clones("avx512f", "avx2", "default")]]
-#endif
-TOWER_LRN_CLONES void lrn_image(const float* x, const float* dy, float* out, float* sq, float* d,
+TOWER_CPU_CLONES void lrn_image(const float* x, const float* dy, float* out, float* sq, float* d,
                                 float* t, int64_t channels, int64_t plane, bool relu,
                                 const ops::LRNAttrs& a) {
   auto run = [&]<Exponent kExponent>() {

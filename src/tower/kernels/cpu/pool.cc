@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "tower/core/device.h"
+#include "tower/kernels/cpu/clones.h"
 #include "tower/kernels/cpu/dnnl_util.h"
 #include "tower/kernels/kernel.h"
 
@@ -134,28 +135,116 @@ std::optional<memory::format_tag> loop_tag(const Shape& x, const Layout& layout)
   return std::nullopt;
 }
 
-// L neighbouring channels of one output position: the first largest x of the window (positions
-// at `offsets`, row-major) gets g (kRelu: only where that x is > 0, ReLU's gradient with x its
-// output). Compares and selects without branches, so they vectorize.
+// L neighbouring channels of one output position (L = 8 or 16: one vector in the clones for
+// AVX2 or AVX-512): the first largest x of the window (positions at `offsets`, row-major) gets g
+// (kRelu: only where that x is > 0, ReLU's gradient with x its output). Whole vectors, no
+// branches or scatters: each window position adds g where it was the argmax and 0 elsewhere.
+// (GCC drops vector_size on a dependent alias template, so each width is spelled out.)
+template <int L>
+struct Vectors;
+template <>
+struct Vectors<8> {
+  using F = float __attribute__((vector_size(32)));
+  using I = int32_t __attribute__((vector_size(32)));
+};
+template <>
+struct Vectors<16> {
+  using F = float __attribute__((vector_size(64)));
+  using I = int32_t __attribute__((vector_size(64)));
+};
+template <typename V>
+TOWER_ALWAYS_INLINE void load(V& v, const float* p) {
+  std::memcpy(&v, p, sizeof v);
+}
 template <int L, bool kRelu>
-void argmax_lanes(const float* x, const int64_t* offsets, int64_t positions, const float* g,
-                  float* dx) {
-  float best[L];
-  int32_t index[L];
-  for (int l = 0; l < L; ++l) {
-    best[l] = x[offsets[0] + l];
-    index[l] = 0;
+TOWER_ALWAYS_INLINE void argmax_lanes(const float* x, const int64_t* offsets, int32_t positions,
+                                      const float* g, float* dx) {
+  using F = typename Vectors<L>::F;
+  using I = typename Vectors<L>::I;
+  static_assert(sizeof(F) == L * sizeof(float));
+  F best, p, grad, d;
+  load(best, x + offsets[0]);
+  I index = I{} + 0;
+  for (int32_t k = 1; k < positions; ++k) {
+    load(p, x + offsets[k]);
+    const I larger = p > best;
+    best = larger ? p : best;
+    index = larger ? I{} + k : index;
   }
-  for (int64_t k = 1; k < positions; ++k) {
-    const float* p = x + offsets[k];
-    for (int l = 0; l < L; ++l) {
-      const bool larger = p[l] > best[l];
-      best[l] = larger ? p[l] : best[l];
-      index[l] = larger ? static_cast<int32_t>(k) : index[l];
+  if constexpr (kRelu) index = best > F{} ? index : I{} - 1;
+  load(grad, g);
+  for (int32_t k = 0; k < positions; ++k) {
+    load(d, dx + offsets[k]);
+    d += index == k ? grad : F{};
+    std::memcpy(dx + offsets[k], &d, sizeof d);
+  }
+}
+
+// One channel at a time, for channel counts that do not fill a vector.
+template <bool kRelu>
+TOWER_ALWAYS_INLINE void argmax_lane(const float* x, const int64_t* offsets, int32_t positions,
+                                     const float* g, float* dx) {
+  float best = x[offsets[0]];
+  int32_t index = 0;
+  for (int32_t k = 1; k < positions; ++k)
+    if (x[offsets[k]] > best) best = x[offsets[k]], index = k;
+  if (!kRelu || best > 0.0f) dx[offsets[index]] += *g;
+}
+
+// Where a plane of channels lies: x's and dy's strides (channel_blocks) and the pooling window.
+struct PoolPlane {
+  const int64_t* xs;
+  const int64_t* ds;
+  int64_t lanes, block, height, width, out_height, out_width;
+  ops::PoolAttrs attrs;
+  ops::AxisPadding ph, pw;
+};
+
+template <bool kRelu>
+TOWER_ALWAYS_INLINE void max_pool_grad_plane_body(const float* x, const float* dy, float* dx,
+                                                  const PoolPlane& p) {
+  const ops::PoolAttrs& a = p.attrs;
+  // The plane's dx (its padding lanes too) is contiguous in every layout here: zeroed while it
+  // is about to be in cache anyway.
+  std::memset(dx, 0, sizeof(float) * static_cast<size_t>(p.height * p.width * p.block));
+  int64_t offsets[64];
+  std::vector<int64_t> more;
+  int64_t* o = offsets;
+  if (a.ksize[0] * a.ksize[1] > 64) {
+    more.resize(static_cast<size_t>(a.ksize[0] * a.ksize[1]));
+    o = more.data();
+  }
+  for (int64_t oh = 0; oh < p.out_height; ++oh) {
+    const int64_t h0 = std::max<int64_t>(oh * a.strides[0] - p.ph.before, 0);
+    const int64_t h1 = std::min(oh * a.strides[0] - p.ph.before + a.ksize[0], p.height);
+    for (int64_t ow = 0; ow < p.out_width; ++ow) {
+      const int64_t w0 = std::max<int64_t>(ow * a.strides[1] - p.pw.before, 0);
+      const int64_t w1 = std::min(ow * a.strides[1] - p.pw.before + a.ksize[1], p.width);
+      const float* g = dy + oh * p.ds[2] + ow * p.ds[3];
+      if (h0 >= h1 || w0 >= w1) continue;
+      // Offsets of the window's positions, in row-major order.
+      int32_t positions = 0;
+      for (int64_t h = h0; h < h1; ++h)
+        for (int64_t w = w0; w < w1; ++w) o[positions++] = h * p.xs[2] + w * p.xs[3];
+      int64_t l0 = 0;
+      if (p.lanes == 8) {
+        argmax_lanes<8, kRelu>(x, o, positions, g, dx);
+        l0 = 8;
+      }
+      for (; l0 + 16 <= p.lanes; l0 += 16)
+        argmax_lanes<16, kRelu>(x + l0, o, positions, g + l0, dx + l0);
+      for (; l0 < p.lanes; ++l0) argmax_lane<kRelu>(x + l0, o, positions, g + l0, dx + l0);
     }
   }
-  for (int l = 0; l < L; ++l)
-    if (!kRelu || best[l] > 0.0f) dx[offsets[index[l]] + l] += g[l];
+}
+
+// One plane of `lanes` channels of one image (x, dy and dx point at its start).
+TOWER_CPU_CLONES void max_pool_grad_plane(const float* x, const float* dy, float* dx,
+                                          const PoolPlane& p, bool relu) {
+  if (relu)
+    max_pool_grad_plane_body<true>(x, dy, dx, p);
+  else
+    max_pool_grad_plane_body<false>(x, dy, dx, p);
 }
 
 // MaxPoolGrad (inputs x, dy), and MaxPoolGrad+ReluGrad (inputs x, dy and ReLU's output, which is
@@ -184,51 +273,33 @@ class MaxPoolGradKernel : public Kernel {
   Layout output_layout(int) const override { return layout_; }
 
   void run(const KernelIO& io) override {
-    const Shape& x_shape = io.inputs[0].shape();
-    const Shape& dy_shape = io.inputs[1].shape();
+    const Shape& x = io.inputs[0].shape();
+    const Shape& dy = io.inputs[1].shape();
     const ops::PoolAttrs& a = node_.attr<ops::PoolAttrs>();
-    const ops::AxisPadding ph = ops::axis_padding(x_shape[2], a.ksize[0], a.strides[0], a.padding);
-    const ops::AxisPadding pw = ops::axis_padding(x_shape[3], a.ksize[1], a.strides[1], a.padding);
-    const int64_t channels = x_shape[1], block = x_blocks_.block;
-    const int64_t blocks = (channels + block - 1) / block, height = x_shape[2], width = x_shape[3];
+    const int64_t channels = x[1], block = x_blocks_.block;
+    const int64_t blocks = (channels + block - 1) / block;
+    PoolPlane p{x_blocks_.strides,
+                dy_blocks_.strides,
+                0,
+                block,
+                x[2],
+                x[3],
+                dy[2],
+                dy[3],
+                a,
+                ops::axis_padding(x[2], a.ksize[0], a.strides[0], a.padding),
+                ops::axis_padding(x[3], a.ksize[1], a.strides[1], a.padding)};
+    const float* xd = io.inputs[0].data<float>();
+    const float* dyd = io.inputs[1].data<float>();
+    float* dx = const_cast<Tensor&>(io.outputs[0]).data<float>();
     const int64_t* xs = x_blocks_.strides;
     const int64_t* ds = dy_blocks_.strides;
-    const float* x = io.inputs[0].data<float>();
-    const float* dy = io.inputs[1].data<float>();
-    float* dx = const_cast<Tensor&>(io.outputs[0]).data<float>();
-#pragma omp parallel for schedule(static)
-    for (int64_t plane = 0; plane < x_shape[0] * blocks; ++plane) {
+#pragma omp parallel for schedule(static) firstprivate(p)
+    for (int64_t plane = 0; plane < x[0] * blocks; ++plane) {
       const int64_t n = plane / blocks, cb = plane % blocks;
-      const int64_t lanes = std::min(block, channels - cb * block);
-      const int64_t x_at = n * xs[0] + cb * xs[1], dy_at = n * ds[0] + cb * ds[1];
-      // The plane's dx (its padding lanes too) is contiguous in every layout here: zeroed while
-      // it is about to be in cache anyway.
-      std::memset(dx + x_at, 0, sizeof(float) * static_cast<size_t>(height * width * block));
-      std::vector<int64_t> offsets(static_cast<size_t>(a.ksize[0] * a.ksize[1]));
-      for (int64_t oh = 0; oh < dy_shape[2]; ++oh) {
-        const int64_t h0 = std::max<int64_t>(oh * a.strides[0] - ph.before, 0);
-        const int64_t h1 = std::min(oh * a.strides[0] - ph.before + a.ksize[0], height);
-        for (int64_t ow = 0; ow < dy_shape[3]; ++ow) {
-          const int64_t w0 = std::max<int64_t>(ow * a.strides[1] - pw.before, 0);
-          const int64_t w1 = std::min(ow * a.strides[1] - pw.before + a.ksize[1], width);
-          const float* g = dy + dy_at + oh * ds[2] + ow * ds[3];
-          if (h0 >= h1 || w0 >= w1) continue;
-          // Offsets of the window's positions, in row-major order.
-          int64_t positions = 0;
-          for (int64_t h = h0; h < h1; ++h)
-            for (int64_t w = w0; w < w1; ++w)
-              offsets[static_cast<size_t>(positions++)] = x_at + h * xs[2] + w * xs[3];
-          const int64_t* o = offsets.data();
-          int64_t l0 = 0;
-          if (lanes == 8) {
-            argmax_lanes<8, kRelu>(x, o, positions, g, dx);
-            l0 = 8;
-          }
-          for (; l0 + 16 <= lanes; l0 += 16)
-            argmax_lanes<16, kRelu>(x + l0, o, positions, g + l0, dx + l0);
-          for (; l0 < lanes; ++l0) argmax_lanes<1, kRelu>(x + l0, o, positions, g + l0, dx + l0);
-        }
-      }
+      p.lanes = std::min(block, channels - cb * block);
+      const int64_t x_at = n * xs[0] + cb * xs[1];
+      max_pool_grad_plane(xd + x_at, dyd + n * ds[0] + cb * ds[1], dx + x_at, p, kRelu);
     }
   }
 

@@ -109,6 +109,36 @@ TEST(PrecisionTest, Bf16KernelsMatchFp32KernelsForwardAndGradient) {
   }
 }
 
+// The bf16 copies of the operands round to the nearest bf16, ties to even (as oneDNN's reorder and
+// TensorFlow): a times the identity gives exactly bf16(a). 3 x 37 values, so the conversion's
+// 32-value vectors leave a tail; ties between two bf16 values go both ways.
+TEST(PrecisionTest, Bf16OperandsAreRoundedToTheNearestEven) {
+  constexpr int64_t kRows = 3, kCols = 37;
+  Graph graph;
+  Scope s(graph);
+  Value a = s.placeholder("a", Shape{kRows, kCols});
+  Value eye = s.get_variable("eye", Shape{kCols, kCols}, Initializer::zeros());
+  Value z = ops::matmul(s, a, eye);
+  VariableStore variables;
+  variables.initialize(graph, 1);
+  for (int64_t i = 0; i < kCols; ++i) variables.get("eye").data<float>()[i * kCols + i] = 1.0f;
+  if (!bf16_or_its_error(graph, {z}, variables))
+    GTEST_SKIP() << "this CPU has no bf16 instructions (checked: the clear error)";
+  Tensor values = testing::random_tensor(a.shape(), 9);
+  float* v = values.data<float>();
+  const float ties[] = {1.0f + 0x1p-8f, 1.0f + 0x3p-8f, -1.0f - 0x1p-8f, 3.0e38f, -0.0f, 1e-30f};
+  std::copy(std::begin(ties), std::end(ties), v);
+  std::copy(std::begin(ties), std::end(ties), v + values.numel() - 6);
+  std::vector<std::pair<Value, Tensor>> feeds;
+  feeds.emplace_back(a, std::move(values));
+  v = feeds[0].second.data<float>();
+  const auto out = run(graph, {z}, variables, feeds, Precision::bf16);
+  for (int64_t k = 0; k < values.numel(); ++k)
+    EXPECT_EQ(out[0].data<float>()[k], bf16_to_f32(f32_to_bf16(v[k]))) << k << ": " << v[k];
+  EXPECT_EQ(out[0].data<float>()[0], 1.0f);            // the tie to the even 1.0
+  EXPECT_EQ(out[0].data<float>()[1], 1.0f + 0x1p-6f);  // the tie up to the even neighbour
+}
+
 // A small network end to end: ReLU and max pooling route gradients by comparisons, which bf16
 // can flip for single elements, so the gradients are compared as whole tensors (L2). Measured on
 // a Xeon with AMX: 4e-3 for the logits, 2e-2 for the last layers' gradients and 8e-2 for the

@@ -86,23 +86,29 @@ TOWER_ALWAYS_INLINE void lrn_image_body(const float* x, const float* dy, float* 
   }
 }
 
+template <Exponent kExponent>
+TOWER_ALWAYS_INLINE void lrn_image_exponent(const float* x, const float* dy, float* out, float* sq,
+                                            float* d, float* t, int64_t channels, int64_t plane,
+                                            bool relu, const ops::LRNAttrs& a) {
+  if (dy == nullptr)
+    lrn_image_body<false, false, kExponent>(x, dy, out, sq, d, t, channels, plane, a);
+  else if (relu)
+    lrn_image_body<true, true, kExponent>(x, dy, out, sq, d, t, channels, plane, a);
+  else
+    lrn_image_body<true, false, kExponent>(x, dy, out, sq, d, t, channels, plane, a);
+}
+
+// (No lambdas in here: a lambda is a function of its own, compiled for the baseline in every
+// clone.)
 TOWER_CPU_CLONES void lrn_image(const float* x, const float* dy, float* out, float* sq, float* d,
                                 float* t, int64_t channels, int64_t plane, bool relu,
                                 const ops::LRNAttrs& a) {
-  auto run = [&]<Exponent kExponent>() {
-    if (dy == nullptr)
-      lrn_image_body<false, false, kExponent>(x, dy, out, sq, d, t, channels, plane, a);
-    else if (relu)
-      lrn_image_body<true, true, kExponent>(x, dy, out, sq, d, t, channels, plane, a);
-    else
-      lrn_image_body<true, false, kExponent>(x, dy, out, sq, d, t, channels, plane, a);
-  };
   if (a.beta == 0.75f)
-    run.template operator()<Exponent::three_quarters>();
+    lrn_image_exponent<Exponent::three_quarters>(x, dy, out, sq, d, t, channels, plane, relu, a);
   else if (a.beta == 0.5f)
-    run.template operator()<Exponent::half>();
+    lrn_image_exponent<Exponent::half>(x, dy, out, sq, d, t, channels, plane, relu, a);
   else
-    run.template operator()<Exponent::any>();
+    lrn_image_exponent<Exponent::any>(x, dy, out, sq, d, t, channels, plane, relu, a);
 }
 
 class LRNKernel : public Kernel {

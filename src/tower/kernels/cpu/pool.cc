@@ -139,23 +139,6 @@ std::optional<memory::format_tag> loop_tag(const Shape& x, const Layout& layout)
 // AVX2 or AVX-512): the first largest x of the window (positions at `offsets`, row-major) gets g
 // (kRelu: only where that x is > 0, ReLU's gradient with x its output). Whole vectors, no
 // branches or scatters: each window position adds g where it was the argmax and 0 elsewhere.
-// (GCC drops vector_size on a dependent alias template, so each width is spelled out.)
-template <int L>
-struct Vectors;
-template <>
-struct Vectors<8> {
-  using F = float __attribute__((vector_size(32)));
-  using I = int32_t __attribute__((vector_size(32)));
-};
-template <>
-struct Vectors<16> {
-  using F = float __attribute__((vector_size(64)));
-  using I = int32_t __attribute__((vector_size(64)));
-};
-template <typename V>
-TOWER_ALWAYS_INLINE void load(V& v, const float* p) {
-  std::memcpy(&v, p, sizeof v);
-}
 template <int L, bool kRelu>
 TOWER_ALWAYS_INLINE void argmax_lanes(const float* x, const int64_t* offsets, int32_t positions,
                                       const float* g, float* dx) {
@@ -176,7 +159,7 @@ TOWER_ALWAYS_INLINE void argmax_lanes(const float* x, const int64_t* offsets, in
   for (int32_t k = 0; k < positions; ++k) {
     load(d, dx + offsets[k]);
     d += index == k ? grad : F{};
-    std::memcpy(dx + offsets[k], &d, sizeof d);
+    store(dx + offsets[k], d);
   }
 }
 

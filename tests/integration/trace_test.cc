@@ -61,11 +61,11 @@ TEST_F(TraceTest, EveryThreadHasItsLaneWithTheSlicesOfThreeSteps) {
     EXPECT_TRUE(slices.count(name)) << "no lane '" << name << "'";
   EXPECT_EQ(slices["main (rank 0)"]["optimizer"], 3);
   EXPECT_EQ(slices["main (rank 0)"]["towers: forward, backward, reduce"], 3);
-  // cifar10: 2 convolutions forward (each fused with its bias and ReLU), 2 filter gradients and 1
-  // input gradient per step and tower.
+  // cifar10: 2 convolutions forward (each fused with its bias and ReLU), 2 filter gradients (each
+  // with its bias gradient) and 1 input gradient per step and tower.
   for (const std::string tower : {"tower 0 (cpu:0)", "tower 1 (cpu:1)"}) {
     EXPECT_EQ(slices[tower]["Conv2D+BiasAdd+Relu"], 6) << tower;
-    EXPECT_EQ(slices[tower]["Conv2DBackpropFilter"], 6) << tower;
+    EXPECT_EQ(slices[tower]["Conv2DBackpropFilter+BiasAddGrad"], 6) << tower;
     EXPECT_EQ(slices[tower]["Conv2DBackpropInput"], 3) << tower;
   }
   EXPECT_EQ(slices["tower 0 (cpu:0)"].size(), slices["tower 1 (cpu:1)"].size());

@@ -122,9 +122,10 @@ TEST(LayoutTest, FusionKeepsResultsAndRunsFewerKernels) {
   expect_close(a, b);
   EXPECT_EQ(separate.fused_nodes, 0);
   // Two Conv2D and two BiasAdd inside Conv2D+BiasAdd+Relu, a MaxPoolGrad inside
-  // MaxPoolGrad+ReluGrad.
-  EXPECT_EQ(fused.fused_nodes, 5);
-  EXPECT_EQ(fused.num_kernels, separate.num_kernels - 5);
+  // MaxPoolGrad+ReluGrad, and both bias gradients inside the filter gradients of their layers
+  // (Conv2DBackpropFilter+BiasAddGrad).
+  EXPECT_EQ(fused.fused_nodes, 7);
+  EXPECT_EQ(fused.num_kernels, separate.num_kernels - 7);
   setenv("TOWER_FUSION", "off", 1);
   ProgramStats off;
   run_chain(c, true, &off, true);

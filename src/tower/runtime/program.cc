@@ -84,6 +84,8 @@ struct Program::Impl {
   ProgramStats stats;
   std::vector<char> absorbed;                  // node id -> run inside a fused kernel
   std::map<int, std::unique_ptr<Node>> fused;  // last node id of a chain -> its fused node
+  // A fused node whose outputs are several nodes' (siblings): the value each output is.
+  std::map<int, std::vector<Value>> fused_outputs;
   bool profiling = false;
   std::string placement;
 
@@ -157,6 +159,9 @@ struct Program::Impl {
   // of the chain but the last is read only by the next node and not fetched, and the device has a
   // kernel for the chain: Conv2D or MatMul -> BiasAdd [-> Relu] (bias and ReLU as post-ops), and
   // MaxPoolGrad or LRNGrad -> ReluGrad where the ReLU's output is what was pooled or normalized.
+  // Siblings too: Conv2DBackpropFilter and BiasAddGrad of the same dy become one kernel with both
+  // outputs (oneDNN's weight gradient sums the bias gradient as it goes), built in place of the
+  // later of the two.
   void plan_fusion(const Graph& graph, const std::vector<char>& needed) {
     absorbed.assign(graph.nodes().size(), 0);
     if (!options.fuse) return;
@@ -208,6 +213,37 @@ struct Program::Impl {
       stats.fused_nodes += static_cast<int>(chain.size()) - 1;
       fused[fused_node->id] = std::move(fused_node);
     }
+    for (const auto& node : graph.nodes()) {
+      const Node& bias = *node;
+      if (!needed[static_cast<size_t>(bias.id)] || bias.op != "BiasAddGrad" ||
+          bias.inputs[0].shape().rank() != 4 || absorbed[static_cast<size_t>(bias.id)])
+        continue;
+      const Value dy = bias.inputs[0];
+      const Node* filter = nullptr;
+      for (const Node* r : readers[key(dy)])
+        if (r->op == "Conv2DBackpropFilter" && r->inputs[1] == dy && !fused.count(r->id) &&
+            !absorbed[static_cast<size_t>(r->id)] && r->inputs[0].shape().numel() > 0)
+          filter = r;
+      if (filter == nullptr || fused.count(bias.id)) continue;
+      const Node& later = filter->id > bias.id ? *filter : bias;
+      auto fused_node = std::make_unique<Node>(later);
+      fused_node->op = "Conv2DBackpropFilter+BiasAddGrad";
+      fused_node->inputs = filter->inputs;
+      fused_node->attrs = filter->attrs;
+      fused_node->outputs = {filter->outputs[0], bias.outputs[0]};
+      if (find_kernel(fused_node->op, options.device.kind) == nullptr) continue;
+      absorbed[static_cast<size_t>(later.id == bias.id ? filter->id : bias.id)] = 1;
+      ++stats.fused_nodes;
+      fused_outputs[later.id] = {out(filter), out(&bias)};
+      fused[later.id] = std::move(fused_node);
+    }
+  }
+
+  // The value that output o of a kernel's node is (a sibling fusion's outputs are other nodes').
+  Value output_value(const Node& node, int o) const {
+    auto it = fused_outputs.find(node.id);
+    if (it != fused_outputs.end()) return it->second[static_cast<size_t>(o)];
+    return Value{const_cast<Node*>(&node), o};
   }
 
   // 2. A source gets its own storage; every other node gets a kernel, built knowing the layouts
@@ -259,12 +295,12 @@ struct Program::Impl {
           buffer_in(node.inputs[i], step.kernel->input_layout(static_cast<int>(i))));
     const int position = static_cast<int>(steps.size());
     for (size_t o = 0; o < node.outputs.size(); ++o)
-      step.outputs.push_back(add_buffer(Value{const_cast<Node*>(&node), static_cast<int>(o)},
+      step.outputs.push_back(add_buffer(output_value(node, static_cast<int>(o)),
                                         step.kernel->output_layout(static_cast<int>(o)), position));
     steps.push_back(std::move(step));
     ++stats.num_kernels;
     for (size_t o = 0; o < node.outputs.size(); ++o) {
-      Value v{const_cast<Node*>(&node), static_cast<int>(o)};
+      const Value v = output_value(node, static_cast<int>(o));
       int b = versions.at(key(v)).front();
       if (buffers[static_cast<size_t>(b)].layout.is_plain()) continue;
       if (!options.propagate_layouts) {

@@ -122,8 +122,8 @@ Arg input_arg(int dnnl_arg, int index, const Shape& shape, const memory::desc& m
   return Arg{.dnnl_arg = dnnl_arg, .index = index, .shape = shape, .md = md};
 }
 
-Arg output_arg(int dnnl_arg, const Shape& shape, const memory::desc& md) {
-  return Arg{.dnnl_arg = dnnl_arg, .is_output = true, .shape = shape, .md = md};
+Arg output_arg(int dnnl_arg, const Shape& shape, const memory::desc& md, int index = 0) {
+  return Arg{.dnnl_arg = dnnl_arg, .is_output = true, .index = index, .shape = shape, .md = md};
 }
 
 // Conv2D, and the fused Conv2D+BiasAdd[+Relu] (inputs x, w, bias).
@@ -173,29 +173,40 @@ KernelRegistrar conv2d_backprop_input_kernel{
                            output_arg(DNNL_ARG_DIFF_SRC, x, pd.diff_src_desc())});
     }};
 
-// inputs (x, dy) -> dw
-KernelRegistrar conv2d_backprop_filter_kernel{
-    "Conv2DBackpropFilter", DeviceKind::cpu,
-    [](const Node& node, const KernelContext& context) -> std::unique_ptr<Kernel> {
-      const auto& a = node.attr<ops::Conv2DBackpropAttrs>();
-      const memory::data_type type = operand_type(context);
-      const Shape& x = node.inputs[0].shape();
-      const Shape& w = a.shape;
-      const Shape& dy = node.inputs[1].shape();
-      auto pd = build(node, [&] {
-        ConvGeometry g = geometry(x, w, a.conv);
-        dnnl::convolution_backward_weights::desc desc(dnnl::algorithm::convolution_direct,
-                                                      any_md(x, type), any_md(w), any_md(dy, type),
-                                                      g.strides, g.padding_l, g.padding_r);
-        return dnnl::convolution_backward_weights::primitive_desc(
-            desc, user_scratchpad(), engine(), forward_pd(x, w, dy, a.conv, type));
-      });
-      return std::make_unique<ConvKernel>(
-          node, dnnl::convolution_backward_weights(pd), pd.scratchpad_desc(),
-          std::vector<Arg>{input_arg(DNNL_ARG_SRC, 0, x, pd.src_desc()),
+// inputs (x, dy) -> dw; and Conv2DBackpropFilter+BiasAddGrad (the runtime's fusion of the two
+// readers of dy) -> dw, db, the bias gradient summed by the same primitive.
+template <bool kBias>
+std::unique_ptr<Kernel> make_conv2d_backprop_filter(const Node& node,
+                                                    const KernelContext& context) {
+  const auto& a = node.attr<ops::Conv2DBackpropAttrs>();
+  const memory::data_type type = operand_type(context);
+  const Shape& x = node.inputs[0].shape();
+  const Shape& w = a.shape;
+  const Shape& dy = node.inputs[1].shape();
+  const Shape db{w[0]};
+  auto pd = build(node, [&] {
+    ConvGeometry g = geometry(x, w, a.conv);
+    auto desc = kBias ? dnnl::convolution_backward_weights::desc(
+                            dnnl::algorithm::convolution_direct, any_md(x, type), any_md(w),
+                            plain_md(db), any_md(dy, type), g.strides, g.padding_l, g.padding_r)
+                      : dnnl::convolution_backward_weights::desc(
+                            dnnl::algorithm::convolution_direct, any_md(x, type), any_md(w),
+                            any_md(dy, type), g.strides, g.padding_l, g.padding_r);
+    return dnnl::convolution_backward_weights::primitive_desc(
+        desc, user_scratchpad(), engine(), forward_pd(x, w, dy, a.conv, type, kBias ? w[0] : 0));
+  });
+  std::vector<Arg> args = {input_arg(DNNL_ARG_SRC, 0, x, pd.src_desc()),
                            input_arg(DNNL_ARG_DIFF_DST, 1, dy, pd.diff_dst_desc()),
-                           output_arg(DNNL_ARG_DIFF_WEIGHTS, w, pd.diff_weights_desc())});
-    }};
+                           output_arg(DNNL_ARG_DIFF_WEIGHTS, w, pd.diff_weights_desc())};
+  if (kBias) args.push_back(output_arg(DNNL_ARG_DIFF_BIAS, db, pd.diff_bias_desc(), 1));
+  return std::make_unique<ConvKernel>(node, dnnl::convolution_backward_weights(pd),
+                                      pd.scratchpad_desc(), std::move(args));
+}
+
+KernelRegistrar conv2d_backprop_filter_kernel{"Conv2DBackpropFilter", DeviceKind::cpu,
+                                              make_conv2d_backprop_filter<false>};
+KernelRegistrar conv2d_backprop_filter_bias_kernel{
+    "Conv2DBackpropFilter+BiasAddGrad", DeviceKind::cpu, make_conv2d_backprop_filter<true>};
 
 }  // namespace
 }  // namespace tower::cpu

@@ -27,10 +27,13 @@ bool cpu_has_bf16() {
 
 std::vector<Tensor> run(const Graph& graph, const std::vector<Value>& fetches,
                         VariableStore& variables,
-                        const std::vector<std::pair<Value, Tensor>>& feeds, Precision precision) {
+                        const std::vector<std::pair<Value, Tensor>>& feeds, Precision precision,
+                        bool fuse = true, ProgramStats* stats = nullptr) {
   ProgramOptions options{Device{}, 2};
   options.precision = precision;
+  options.fuse = fuse;
   Program program(graph, fetches, variables, options);
+  if (stats != nullptr) *stats = program.stats();
   for (const auto& [placeholder, value] : feeds) program.input(placeholder).copy_from(value);
   program.run();
   std::vector<Tensor> out;
@@ -173,6 +176,38 @@ TEST(PrecisionTest, Bf16NetworkMatchesFp32WithinBf16Precision) {
     std::printf("%-9s max %.2e  l2 %.2e\n", names[i], d.max_relative, d.l2_relative);
     EXPECT_LT(d.l2_relative, i < 2 ? 1e-2 : 0.15) << names[i];
   }
+}
+
+// The gradient of conv -> bias -> ReLU -> max pooling with respect to the weights: the pooling
+// gradient (with the ReLU's) writes the bf16 copy of dy that the weight gradient (with the bias
+// gradient) reads, instead of an f32 dy converted afterwards; as without fusion, within bf16's
+// precision.
+TEST(PrecisionTest, PoolingGradientWritesTheBf16CopyThatTheWeightGradientReads) {
+  Graph graph;
+  Scope s(graph);
+  Value images = s.placeholder("images", Shape{8, 3, 16, 16});
+  Value w = s.get_variable("w", Shape{32, 3, 5, 5}, Initializer::he_normal());
+  Value b = s.get_variable("b", Shape{32}, Initializer::uniform(0.5f));
+  Value h =
+      ops::relu(s, ops::bias_add(s, ops::conv2d(s, images, w, {{1, 1}, ops::Padding::same}), b));
+  Value loss = ops::l2_loss(s, ops::max_pool(s, h, {{3, 3}, {2, 2}, ops::Padding::same}));
+  std::vector<Value> fetches = {loss};
+  for (Value g : gradients(s, loss, {w, b})) fetches.push_back(g);
+  VariableStore variables;
+  variables.initialize(graph, 12);
+  if (!bf16_or_its_error(graph, fetches, variables))
+    GTEST_SKIP() << "this CPU has no bf16 instructions (checked: the clear error)";
+  std::vector<std::pair<Value, Tensor>> feeds;
+  feeds.emplace_back(images, testing::random_tensor(images.shape(), 5));
+  ProgramStats fused_stats, separate_stats;
+  const auto fused = run(graph, fetches, variables, feeds, Precision::bf16, true, &fused_stats);
+  const auto separate =
+      run(graph, fetches, variables, feeds, Precision::bf16, false, &separate_stats);
+  EXPECT_EQ(fused_stats.folded_conversions, 1);
+  EXPECT_EQ(separate_stats.folded_conversions, 0);
+  const char* names[] = {"loss", "d w", "d b"};
+  for (size_t i = 0; i < fused.size(); ++i)
+    EXPECT_LT(difference(separate[i], fused[i]).l2_relative, 1e-2) << names[i];
 }
 
 TEST(PrecisionTest, NamesParseAndPrint) {

@@ -85,6 +85,10 @@ class Kernel {
   // The layouts the kernel reads input i and writes output o in, fixed by the factory.
   virtual Layout input_layout(int i) const { return {}; }
   virtual Layout output_layout(int o) const { return {}; }
+  // Asked by the runtime (before scratch_bytes() and bind()) when output o is read only through a
+  // conversion into `layout`: true when the kernel will write `layout` itself from now on, so that
+  // the conversion is dropped (a bf16 copy written directly, say).
+  virtual bool write_output_as(int o, const Layout& layout) { return false; }
 };
 
 using KernelFactory =

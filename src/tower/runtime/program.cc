@@ -55,6 +55,7 @@ struct Program::Impl {
     Value value;
     Layout layout;
     bool external = false;  // a variable's, placeholder's or constant's own storage
+    bool unused = false;    // its producer writes the converted copy instead (fold_conversions)
     Block block;            // in the arena, when not external
     Tensor view;
   };
@@ -313,6 +314,51 @@ struct Program::Impl {
     }
   }
 
+  // 2b. A conversion whose input nothing else reads (not fetched either) is folded into the input's
+  // producer when that kernel can write the converted layout itself (Kernel::write_output_as):
+  // one pass over the data instead of two.
+  void fold_conversions() {
+    if (!options.fuse) return;
+    std::vector<int> readers(buffers.size(), 0), producer(buffers.size(), -1);
+    for (size_t p = 0; p < steps.size(); ++p) {
+      for (int b : steps[p].inputs) ++readers[static_cast<size_t>(b)];
+      for (int b : steps[p].outputs) producer[static_cast<size_t>(b)] = static_cast<int>(p);
+    }
+    std::vector<char> dropped(steps.size(), 0);
+    for (size_t r = 0; r < steps.size(); ++r) {
+      Step& conversion = steps[r];
+      if (!conversion.reorder) continue;
+      const int from = conversion.inputs[0];
+      const int p = producer[static_cast<size_t>(from)];
+      const Value& v = buffers[static_cast<size_t>(from)].value;
+      if (p < 0 || steps[static_cast<size_t>(p)].reorder ||
+          readers[static_cast<size_t>(from)] != 1 ||
+          std::any_of(fetches.begin(), fetches.end(), [&](const Value& f) { return f == v; }))
+        continue;
+      Step& writer = steps[static_cast<size_t>(p)];
+      const auto o = static_cast<size_t>(
+          std::find(writer.outputs.begin(), writer.outputs.end(), from) - writer.outputs.begin());
+      const int to = conversion.outputs[0];
+      if (!writer.kernel->write_output_as(static_cast<int>(o),
+                                          buffers[static_cast<size_t>(to)].layout))
+        continue;
+      writer.outputs[o] = to;
+      buffers[static_cast<size_t>(from)].unused = true;
+      dropped[r] = 1;
+      --stats.reorders;
+      ++stats.folded_conversions;
+    }
+    std::vector<Step> kept;
+    for (size_t i = 0; i < steps.size(); ++i)
+      if (!dropped[i]) kept.push_back(std::move(steps[i]));
+    steps = std::move(kept);
+    for (size_t p = 0; p < steps.size(); ++p)  // positions moved up
+      for (int b : steps[p].outputs) {
+        Block& block = buffers[static_cast<size_t>(b)].block;
+        block.first = block.last = static_cast<int>(p);
+      }
+  }
+
   // 3. Memory plan: one block per buffer and per scratchpad, alive from its producer to its last
   // reader (fetches to the end of the step), placed in one arena.
   void plan_memory() {
@@ -334,7 +380,7 @@ struct Program::Impl {
     TOWER_CHECK(static_cast<int>(steps.size()) == end);
     std::vector<Block*> blocks;
     for (Buffer& b : buffers) {
-      if (b.external) continue;
+      if (b.external || b.unused) continue;
       b.block.bytes = align_up(std::max<size_t>(b.layout.bytes(b.value.spec()), 1));
       blocks.push_back(&b.block);
       stats.unplanned_bytes += b.block.bytes;
@@ -346,7 +392,7 @@ struct Program::Impl {
                    options.device);
     auto* base = static_cast<char*>(arena.raw_data());
     for (Buffer& b : buffers)
-      if (!b.external)
+      if (!b.external && !b.unused)
         b.view =
             Tensor::wrap(base + b.block.offset, b.value.shape(), b.value.dtype(), options.device);
   }
@@ -406,6 +452,7 @@ Program::Program(const Graph& graph, std::vector<Value> fetches, VariableStore& 
   m.plan_fusion(graph, needed);
   for (const auto& node : graph.nodes())
     if (needed[static_cast<size_t>(node->id)]) m.add_node(*node, variables);
+  m.fold_conversions();
   m.plan_memory();
   m.bind_kernels();
 }

@@ -25,8 +25,10 @@ struct ProgramOptions {
   bool propagate_layouts = true;
   // Run chains that one library primitive computes with post-ops as one kernel: Conv2D or MatMul
   // -> BiasAdd [-> Relu] where each value of the chain is read only by the next node and not
-  // fetched ("Conv2D+BiasAdd+Relu"), on devices that have such a kernel. Off (or the environment
-  // variable TOWER_FUSION=off): one kernel per node, for comparison.
+  // fetched ("Conv2D+BiasAdd+Relu"), on devices that have such a kernel; siblings that one
+  // primitive computes together (Conv2DBackpropFilter+BiasAddGrad); and conversions that the
+  // producer can write itself (Kernel::write_output_as). Off (or the environment variable
+  // TOWER_FUSION=off): one kernel per node, for comparison.
   bool fuse = true;
   bool deterministic = true;              // KernelContext::deterministic
   Precision precision = Precision::fp32;  // KernelContext::precision
@@ -43,6 +45,7 @@ struct ProgramStats {
   int num_kernels = 0;         // one per scheduled node
   int reorders = 0;            // layout conversions run per step
   int fused_nodes = 0;         // nodes run inside another node's kernel (ProgramOptions::fuse)
+  int folded_conversions = 0;  // conversions written directly by the producer (fuse too)
   size_t arena_bytes = 0;      // planned (with reuse)
   size_t unplanned_bytes = 0;  // what one buffer per value would take
 };

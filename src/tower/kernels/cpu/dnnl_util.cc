@@ -73,6 +73,17 @@ std::optional<ChannelBlocks> channel_blocks(const dnnl::memory::desc& md) {
   return blocks;
 }
 
+bool is_bf16_copy(const dnnl::memory::desc& f32_md, const dnnl::memory::desc& md) {
+  if (f32_md.data_type() != dnnl::memory::data_type::f32 ||
+      md.data_type() != dnnl::memory::data_type::bf16 || f32_md.data.offset0 != 0)
+    return false;
+  for (int i = 0; i < f32_md.data.ndims; ++i)
+    if (f32_md.data.padded_dims[i] != f32_md.data.dims[i]) return false;
+  dnnl_memory_desc_t as_bf16 = f32_md.data;
+  as_bf16.data_type = dnnl_bf16;
+  return dnnl_memory_desc_equal(&as_bf16, &md.data) != 0;
+}
+
 dnnl::memory make_memory(const dnnl::memory::desc& md, const Tensor& tensor) {
   return dnnl::memory(md, engine(), const_cast<void*>(tensor.raw_data()));
 }

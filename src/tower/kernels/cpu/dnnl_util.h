@@ -32,6 +32,8 @@ struct ChannelBlocks {
   int64_t strides[4] = {0, 0, 0, 0};
 };
 std::optional<ChannelBlocks> channel_blocks(const dnnl::memory::desc& md);
+// `md` is `f32_md` with bf16 elements instead (same dims and blocking, no padding).
+bool is_bf16_copy(const dnnl::memory::desc& f32_md, const dnnl::memory::desc& md);
 // A memory object over a tensor's buffer (no copy).
 dnnl::memory make_memory(const dnnl::memory::desc& md, const Tensor& tensor);
 

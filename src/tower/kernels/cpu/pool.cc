@@ -13,12 +13,15 @@
 // which has no x, runs oneDNN on plain NCHW.
 #include "tower/ops/pool.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cstring>
 #include <optional>
 #include <vector>
 
 #include "tower/core/device.h"
+#include "tower/kernels/cpu/bf16.h"
 #include "tower/kernels/cpu/clones.h"
 #include "tower/kernels/cpu/dnnl_util.h"
 #include "tower/kernels/kernel.h"
@@ -235,7 +238,8 @@ TOWER_CPU_CLONES void max_pool_grad_plane(const float* x, const float* dy, float
 template <bool kRelu>
 class MaxPoolGradKernel : public Kernel {
  public:
-  MaxPoolGradKernel(const Node& node, const KernelContext& context) : node_(node) {
+  MaxPoolGradKernel(const Node& node, const KernelContext& context)
+      : node_(node), threads_(std::max(context.num_threads, 1)) {
     const Shape& x = node.inputs[0].shape();
     const Shape& dy = node.inputs[1].shape();
     layout_ = pooling_layout(x, context.input_layout(0));
@@ -253,7 +257,18 @@ class MaxPoolGradKernel : public Kernel {
   Layout input_layout(int i) const override {
     return i == 1 ? to_layout(dy_md_, node_.inputs[1].shape()) : layout_;
   }
-  Layout output_layout(int) const override { return layout_; }
+  Layout output_layout(int) const override { return bf16_layout_ ? *bf16_layout_ : layout_; }
+  // dx as bf16 in x's layout, for bf16 weight gradients that read only that: each plane summed in
+  // f32 scratch, then rounded into place.
+  bool write_output_as(int, const Layout& layout) override {
+    if (!cpu_converts_to_bf16() || !is_bf16_copy(x_md_, md_of(node_.inputs[0].shape(), layout)))
+      return false;
+    bf16_layout_ = layout;
+    return true;
+  }
+  size_t scratch_bytes() const override {
+    return bf16_layout_ ? plane_floats() * sizeof(float) * static_cast<size_t>(threads_) : 0;
+  }
 
   void run(const KernelIO& io) override {
     const Shape& x = io.inputs[0].shape();
@@ -274,21 +289,37 @@ class MaxPoolGradKernel : public Kernel {
                 ops::axis_padding(x[3], a.ksize[1], a.strides[1], a.padding)};
     const float* xd = io.inputs[0].data<float>();
     const float* dyd = io.inputs[1].data<float>();
-    float* dx = const_cast<Tensor&>(io.outputs[0]).data<float>();
+    void* dx = const_cast<void*>(io.outputs[0].raw_data());
+    auto* scratch = static_cast<float*>(io.scratch);
     const int64_t* xs = x_blocks_.strides;
     const int64_t* ds = dy_blocks_.strides;
-#pragma omp parallel for schedule(static) firstprivate(p)
+#pragma omp parallel for num_threads(threads_) schedule(static) firstprivate(p)
     for (int64_t plane = 0; plane < x[0] * blocks; ++plane) {
       const int64_t n = plane / blocks, cb = plane % blocks;
       p.lanes = std::min(block, channels - cb * block);
-      const int64_t x_at = n * xs[0] + cb * xs[1];
-      max_pool_grad_plane(xd + x_at, dyd + n * ds[0] + cb * ds[1], dx + x_at, p, kRelu);
+      const int64_t x_at = n * xs[0] + cb * xs[1], dy_at = n * ds[0] + cb * ds[1];
+      if (!bf16_layout_) {
+        max_pool_grad_plane(xd + x_at, dyd + dy_at, static_cast<float*>(dx) + x_at, p, kRelu);
+        continue;
+      }
+      float* sums = scratch + plane_floats() * static_cast<size_t>(omp_get_thread_num());
+      max_pool_grad_plane(xd + x_at, dyd + dy_at, sums, p, kRelu);
+      convert_to_bf16(sums, static_cast<uint16_t*>(dx) + x_at, x[2] * x[3] * block);
     }
   }
 
  private:
+  // One plane of dx: H x W x the block's lanes, contiguous in every layout here.
+  size_t plane_floats() const {
+    const Shape& x = node_.inputs[0].shape();
+    return align64(static_cast<size_t>(x[2] * x[3] * x_blocks_.block) * sizeof(float)) /
+           sizeof(float);
+  }
+
   const Node& node_;
+  int threads_;
   Layout layout_;
+  std::optional<Layout> bf16_layout_;  // dx written as bf16 in this layout (write_output_as)
   memory::desc x_md_, dy_md_;
   ChannelBlocks x_blocks_, dy_blocks_;
 };

@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include "testing/gradient_check.h"
+#include "testing/kernel_runner.h"
 #include "tower/graph/gradients.h"
 #include "tower/ops/activation.h"
 #include "tower/ops/bias.h"
@@ -28,8 +29,8 @@ bool cpu_has_bf16() {
 std::vector<Tensor> run(const Graph& graph, const std::vector<Value>& fetches,
                         VariableStore& variables,
                         const std::vector<std::pair<Value, Tensor>>& feeds, Precision precision,
-                        bool fuse = true, ProgramStats* stats = nullptr) {
-  ProgramOptions options{Device{}, 2};
+                        bool fuse = true, ProgramStats* stats = nullptr, Device device = {}) {
+  ProgramOptions options{device, 2};
   options.precision = precision;
   options.fuse = fuse;
   Program program(graph, fetches, variables, options);
@@ -37,7 +38,10 @@ std::vector<Tensor> run(const Graph& graph, const std::vector<Value>& fetches,
   for (const auto& [placeholder, value] : feeds) program.input(placeholder).copy_from(value);
   program.run();
   std::vector<Tensor> out;
-  for (int i = 0; i < program.num_fetches(); ++i) out.push_back(program.output(i).clone());
+  for (int i = 0; i < program.num_fetches(); ++i) {
+    out.emplace_back(program.output(i).shape(), program.output(i).dtype());  // on the host
+    out.back().copy_from(program.output(i));
+  }
   return out;
 }
 
@@ -75,41 +79,77 @@ bool bf16_or_its_error(const Graph& graph, const std::vector<Value>& fetches,
   return false;
 }
 
+// A convolution and a matmul with their gradients, and the feeds: Conv2D, Conv2DBackpropInput and
+// Conv2DBackpropFilter, MatMul and its two gradient forms (of sum(conv(x, w) * r) +
+// sum(matmul(a, b) * q)).
+struct ConvAndMatMul {
+  Graph graph;
+  std::vector<Value> fetches;
+  VariableStore variables;
+  std::vector<std::pair<Value, Tensor>> feeds;
+  static constexpr const char* kNames[] = {
+      "Conv2D",          "MatMul",         "Conv2DBackpropInput", "Conv2DBackpropFilter",
+      "MatMul (dy b^T)", "MatMul (a^T dy)"};
+
+  ConvAndMatMul() {
+    Scope s(graph);
+    Value x = s.placeholder("x", Shape{4, 8, 12, 12}), r = s.placeholder("r", Shape{4, 16, 12, 12});
+    Value a = s.placeholder("a", Shape{32, 72}), q = s.placeholder("q", Shape{32, 24});
+    Value w = s.get_variable("w", Shape{16, 8, 3, 3}, Initializer::he_normal());
+    Value b = s.get_variable("b", Shape{72, 24}, Initializer::glorot_uniform());
+    Value y = ops::conv2d(s, x, w, {{1, 1}, ops::Padding::same});
+    Value z = ops::matmul(s, a, b);
+    Value loss =
+        ops::add(s, ops::reduce_sum(s, ops::mul(s, y, r)), ops::reduce_sum(s, ops::mul(s, z, q)));
+    fetches = {y, z};
+    for (Value g : gradients(s, loss, {x, w, a, b})) fetches.push_back(g);
+    variables.initialize(graph, 5);
+    uint64_t seed = 1;
+    for (Value v : {x, r, a, q}) feeds.emplace_back(v, testing::random_tensor(v.shape(), seed++));
+  }
+
+  // bf16 against fp32, output by output.
+  static void expect_within_bf16(const std::vector<Tensor>& fp32, const std::vector<Tensor>& bf16) {
+    for (size_t i = 0; i < fp32.size(); ++i) {
+      const Difference d = difference(fp32[i], bf16[i]);
+      std::printf("%-22s max %.2e  l2 %.2e\n", kNames[i], d.max_relative, d.l2_relative);
+      EXPECT_LT(d.max_relative, 2e-2) << kNames[i];
+      EXPECT_GT(d.max_relative, 1e-5) << kNames[i] << ": no bf16 rounding at all: did bf16 run?";
+    }
+  }
+};
+
 // Each bf16 kernel alone against its fp32 twin: Conv2D, Conv2DBackpropInput and
 // Conv2DBackpropFilter (the gradients of sum(conv(x, w) * r)), MatMul and its two transposed
 // forms (the gradients of sum(matmul(a, b) * q)). Operands rounded to bf16 (8 bits of mantissa)
 // and f32 accumulation give errors of a few 1e-3 of the largest output.
 TEST(PrecisionTest, Bf16KernelsMatchFp32KernelsForwardAndGradient) {
-  Graph graph;
-  Scope s(graph);
-  Value x = s.placeholder("x", Shape{4, 8, 12, 12}), r = s.placeholder("r", Shape{4, 16, 12, 12});
-  Value a = s.placeholder("a", Shape{32, 72}), q = s.placeholder("q", Shape{32, 24});
-  Value w = s.get_variable("w", Shape{16, 8, 3, 3}, Initializer::he_normal());
-  Value b = s.get_variable("b", Shape{72, 24}, Initializer::glorot_uniform());
-  Value y = ops::conv2d(s, x, w, {{1, 1}, ops::Padding::same});
-  Value z = ops::matmul(s, a, b);
-  Value loss =
-      ops::add(s, ops::reduce_sum(s, ops::mul(s, y, r)), ops::reduce_sum(s, ops::mul(s, z, q)));
-  std::vector<Value> fetches = {y, z};
-  for (Value g : gradients(s, loss, {x, w, a, b})) fetches.push_back(g);
-  VariableStore variables;
-  variables.initialize(graph, 5);
-  if (!bf16_or_its_error(graph, fetches, variables))
+  ConvAndMatMul c;
+  if (!bf16_or_its_error(c.graph, c.fetches, c.variables))
     GTEST_SKIP() << "this CPU has no bf16 instructions (checked: the clear error)";
-  std::vector<std::pair<Value, Tensor>> feeds;
-  uint64_t seed = 1;
-  for (Value v : {x, r, a, q}) feeds.emplace_back(v, testing::random_tensor(v.shape(), seed++));
-  const auto fp32 = run(graph, fetches, variables, feeds, Precision::fp32);
-  const auto bf16 = run(graph, fetches, variables, feeds, Precision::bf16);
-  const char* names[] = {
-      "Conv2D",          "MatMul",         "Conv2DBackpropInput", "Conv2DBackpropFilter",
-      "MatMul (dy b^T)", "MatMul (a^T dy)"};
-  for (size_t i = 0; i < fp32.size(); ++i) {
-    const Difference d = difference(fp32[i], bf16[i]);
-    std::printf("%-22s max %.2e  l2 %.2e\n", names[i], d.max_relative, d.l2_relative);
-    EXPECT_LT(d.max_relative, 2e-2) << names[i];
-    EXPECT_GT(d.max_relative, 1e-5) << names[i] << ": no bf16 rounding at all: did bf16 run?";
+  ConvAndMatMul::expect_within_bf16(run(c.graph, c.fetches, c.variables, c.feeds, Precision::fp32),
+                                    run(c.graph, c.fetches, c.variables, c.feeds, Precision::bf16));
+}
+
+// The same on a GPU (cuDNN's and cuBLAS's bf16 with f32 accumulation) against the CPU's fp32
+// kernels; a GPU older than compute capability 8.0 gives the clear error instead.
+TEST(PrecisionTest, GpuBf16KernelsMatchFp32KernelsForwardAndGradient) {
+  std::string why;
+  if (!testing::have_gpu(why)) GTEST_SKIP() << why;
+  const Device gpu{DeviceKind::cuda, 0};
+  ConvAndMatMul c;
+  VariableStore gpu_variables(gpu);
+  gpu_variables.initialize(c.graph, 5);
+  gpu_variables.copy_from(c.variables);
+  if (cuda_devices()[0].major < 8) {
+    EXPECT_THROW(
+        run(c.graph, c.fetches, gpu_variables, c.feeds, Precision::bf16, true, nullptr, gpu),
+        Error);
+    GTEST_SKIP() << "this GPU has no bf16 tensor cores (checked: the clear error)";
   }
+  ConvAndMatMul::expect_within_bf16(
+      run(c.graph, c.fetches, c.variables, c.feeds, Precision::fp32),
+      run(c.graph, c.fetches, gpu_variables, c.feeds, Precision::bf16, true, nullptr, gpu));
 }
 
 // The bf16 copies of the operands round to the nearest bf16, ties to even (as oneDNN's reorder and

@@ -90,13 +90,16 @@ std::vector<CudaDeviceInfo> cuda_devices() {
   using GetFn = int (*)(int*, int);
   using NameFn = int (*)(char*, int, int);
   using MemFn = int (*)(size_t*, int);
+  using AttrFn = int (*)(int*, int, int);
   auto init = reinterpret_cast<InitFn>(dlsym(lib, "cuInit"));
   auto count = reinterpret_cast<CountFn>(dlsym(lib, "cuDeviceGetCount"));
   auto get = reinterpret_cast<GetFn>(dlsym(lib, "cuDeviceGet"));
   auto name = reinterpret_cast<NameFn>(dlsym(lib, "cuDeviceGetName"));
   auto mem = reinterpret_cast<MemFn>(dlsym(lib, "cuDeviceTotalMem_v2"));
+  auto attr = reinterpret_cast<AttrFn>(dlsym(lib, "cuDeviceGetAttribute"));
+  constexpr int kMajor = 75, kMinor = 76;  // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR/MINOR
   int n = 0;
-  if (init && count && get && name && mem && init(0) == 0 && count(&n) == 0) {
+  if (init && count && get && name && mem && attr && init(0) == 0 && count(&n) == 0) {
     for (int i = 0; i < n; ++i) {
       int dev = 0;
       char buf[256] = {};
@@ -105,6 +108,8 @@ std::vector<CudaDeviceInfo> cuda_devices() {
       if (get(&dev, i) != 0) continue;
       if (name(buf, sizeof(buf), dev) == 0) info.name = buf;
       mem(&info.total_memory, dev);
+      attr(&info.major, kMajor, dev);
+      attr(&info.minor, kMinor, dev);
       result.push_back(info);
     }
   }

@@ -33,6 +33,7 @@ struct CudaDeviceInfo {
   int index = 0;
   std::string name;
   size_t total_memory = 0;
+  int major = 0, minor = 0;  // compute capability (8.0 and later multiply bf16 on tensor cores)
 };
 // CUDA GPUs visible through the driver; empty (never an error) when there is no driver or GPU.
 std::vector<CudaDeviceInfo> cuda_devices();

@@ -433,10 +433,14 @@ Program::Program(const Graph& graph, std::vector<Value> fetches, VariableStore& 
     options.propagate_layouts = false;
   if (const char* env = std::getenv("TOWER_FUSION"); env != nullptr && std::string(env) == "off")
     options.fuse = false;
-  if (options.precision == Precision::bf16) {
-    if (options.device.kind != DeviceKind::cpu)
-      fail("--precision bf16 runs on CPU towers only so far; {} towers need --precision fp32",
-           options.device.to_string());
+  if (options.precision == Precision::bf16 && options.device.kind == DeviceKind::cuda) {
+    for (const CudaDeviceInfo& gpu : cuda_devices())
+      if (gpu.index == options.device.index && gpu.major < 8)
+        fail(
+            "--precision bf16 needs a GPU of compute capability 8.0 or later (bf16 tensor cores), "
+            "and {} ({}) is {}.{}: use --precision fp32",
+            options.device.to_string(), gpu.name, gpu.major, gpu.minor);
+  } else if (options.precision == Precision::bf16) {
     const CpuInfo cpu = cpu_info();
     if (!cpu.avx512_bf16 && !cpu.amx)
       fail(

@@ -3,11 +3,16 @@
 // algorithms only unless the context allows others). cuDNN pads symmetrically; when TensorFlow's
 // SAME padding puts one more pixel after, the image is padded explicitly in scratch and the
 // convolution runs unpadded.
+//
+// In bf16 precision the image, filter and result are bf16 copies in scratch (cuDNN's bf16
+// configuration: f32 accumulation, tensor cores allowed), converted from and to the f32 tensors
+// around the call.
 #include "tower/kernels/cuda/conv.h"
 
 #include <algorithm>
 
 #include "tower/kernels/cuda/cuda_util.h"
+#include "tower/kernels/cuda/math.h"
 #include "tower/ops/conv.h"
 
 namespace tower::cuda {
@@ -20,7 +25,10 @@ size_t align(size_t bytes) { return (bytes + 255) / 256 * 256; }
 class ConvKernel : public Kernel {
  public:
   ConvKernel(const Node& node, const KernelContext& context, Mode mode)
-      : mode_(mode), stream_(stream_of(context)), deterministic_(context.deterministic) {
+      : mode_(mode),
+        stream_(stream_of(context)),
+        deterministic_(context.deterministic),
+        bf16_(context.precision == Precision::bf16) {
     use_device(context.device);
     const ops::Conv2DAttrs& attrs = mode == Mode::forward
                                         ? node.attr<ops::Conv2DAttrs>()
@@ -30,7 +38,7 @@ class ConvKernel : public Kernel {
     w_ = mode == Mode::forward         ? node.inputs[1].shape()
          : mode == Mode::backward_data ? node.inputs[0].shape()
                                        : node.attr<ops::Conv2DBackpropAttrs>().shape;
-    const Shape y = mode == Mode::forward ? node.outputs[0].shape : node.inputs[1].shape();
+    y_ = mode == Mode::forward ? node.outputs[0].shape : node.inputs[1].shape();
     const ops::AxisPadding ph = ops::axis_padding(x_[2], w_[2], attrs.strides[0], attrs.padding);
     const ops::AxisPadding pw = ops::axis_padding(x_[3], w_[3], attrs.strides[1], attrs.padding);
     explicit_pad_ = ph.before != ph.after || pw.before != pw.after;
@@ -53,18 +61,19 @@ class ConvKernel : public Kernel {
     TOWER_CUDA_CHECK(cudnnCreateFilterDescriptor(&w_desc_));
     TOWER_CUDA_CHECK(cudnnCreateConvolutionDescriptor(&conv_desc_));
     auto dim = [](int64_t d) { return static_cast<int>(d); };
-    TOWER_CUDA_CHECK(cudnnSetTensor4dDescriptor(x_desc_, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT,
-                                                dim(x_[0]), dim(x_[1]), dim(padded_h_),
-                                                dim(padded_w_)));
-    TOWER_CUDA_CHECK(cudnnSetTensor4dDescriptor(y_desc_, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT,
-                                                dim(y[0]), dim(y[1]), dim(y[2]), dim(y[3])));
-    TOWER_CUDA_CHECK(cudnnSetFilter4dDescriptor(w_desc_, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW,
-                                                dim(w_[0]), dim(w_[1]), dim(w_[2]), dim(w_[3])));
+    const cudnnDataType_t type = bf16_ ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+    TOWER_CUDA_CHECK(cudnnSetTensor4dDescriptor(x_desc_, CUDNN_TENSOR_NCHW, type, dim(x_[0]),
+                                                dim(x_[1]), dim(padded_h_), dim(padded_w_)));
+    TOWER_CUDA_CHECK(cudnnSetTensor4dDescriptor(y_desc_, CUDNN_TENSOR_NCHW, type, dim(y_[0]),
+                                                dim(y_[1]), dim(y_[2]), dim(y_[3])));
+    TOWER_CUDA_CHECK(cudnnSetFilter4dDescriptor(w_desc_, type, CUDNN_TENSOR_NCHW, dim(w_[0]),
+                                                dim(w_[1]), dim(w_[2]), dim(w_[3])));
     TOWER_CUDA_CHECK(cudnnSetConvolution2dDescriptor(
         conv_desc_, explicit_pad_ ? 0 : dim(ph.before), explicit_pad_ ? 0 : dim(pw.before),
         dim(attrs.strides[0]), dim(attrs.strides[1]), 1, 1, CUDNN_CROSS_CORRELATION,
         CUDNN_DATA_FLOAT));
-    TOWER_CUDA_CHECK(cudnnSetConvolutionMathType(conv_desc_, CUDNN_FMA_MATH));
+    TOWER_CUDA_CHECK(
+        cudnnSetConvolutionMathType(conv_desc_, bf16_ ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
     choose_algorithm();
   }
 
@@ -75,47 +84,77 @@ class ConvKernel : public Kernel {
     cudnnDestroyTensorDescriptor(x_desc_);
   }
 
-  // The padded image (when needed), then cuDNN's workspace.
-  size_t scratch_bytes() const override { return padded_bytes() + workspace_bytes_; }
+  // The padded image (when needed), the bf16 copies of x, w and y (in bf16), then cuDNN's
+  // workspace.
+  size_t scratch_bytes() const override {
+    return padded_bytes() + bf16_bytes(x_numel()) + bf16_bytes(w_.numel()) +
+           bf16_bytes(y_.numel()) + workspace_bytes_;
+  }
 
   void run(const KernelIO& io) override {
     const float one = 1.0f, zero = 0.0f;
     char* scratch = static_cast<char*>(io.scratch);
     float* padded = explicit_pad_ ? reinterpret_cast<float*>(scratch) : nullptr;
-    void* workspace = scratch + padded_bytes();
+    auto* x16 = reinterpret_cast<uint16_t*>(scratch + padded_bytes());
+    auto* w16 = reinterpret_cast<uint16_t*>(reinterpret_cast<char*>(x16) + bf16_bytes(x_numel()));
+    auto* y16 = reinterpret_cast<uint16_t*>(reinterpret_cast<char*>(w16) + bf16_bytes(w_.numel()));
+    void* workspace = reinterpret_cast<char*>(y16) + bf16_bytes(y_.numel());
     float* out = const_cast<Tensor&>(io.outputs[0]).data<float>();
     switch (mode_) {
       case Mode::forward: {  // (x, w) -> y
-        const float* x = pad(io.inputs[0].data<float>(), padded);
-        TOWER_CUDA_CHECK(cudnnConvolutionForward(handle_.get(), &one, x_desc_, x, w_desc_,
-                                                 io.inputs[1].data<float>(), conv_desc_, fwd_algo_,
-                                                 workspace, workspace_bytes_, &zero, y_desc_, out));
+        const void* x = operand(pad(io.inputs[0].data<float>(), padded), x16, x_numel());
+        const void* w = operand(io.inputs[1].data<float>(), w16, w_.numel());
+        TOWER_CUDA_CHECK(cudnnConvolutionForward(handle_.get(), &one, x_desc_, x, w_desc_, w,
+                                                 conv_desc_, fwd_algo_, workspace, workspace_bytes_,
+                                                 &zero, y_desc_, target(y16, out)));
+        result(y16, out, y_.numel());
         break;
       }
-      case Mode::backward_data:  // (w, dy) -> dx
+      case Mode::backward_data: {  // (w, dy) -> dx
+        const void* w = operand(io.inputs[0].data<float>(), w16, w_.numel());
+        const void* dy = operand(io.inputs[1].data<float>(), y16, y_.numel());
+        float* dx = explicit_pad_ ? padded : out;
         TOWER_CUDA_CHECK(cudnnConvolutionBackwardData(
-            handle_.get(), &one, w_desc_, io.inputs[0].data<float>(), y_desc_,
-            io.inputs[1].data<float>(), conv_desc_, data_algo_, workspace, workspace_bytes_, &zero,
-            x_desc_, explicit_pad_ ? padded : out));
+            handle_.get(), &one, w_desc_, w, y_desc_, dy, conv_desc_, data_algo_, workspace,
+            workspace_bytes_, &zero, x_desc_, target(x16, dx)));
+        result(x16, dx, x_numel());
         if (explicit_pad_)
           launch_crop(padded, out, x_[0] * x_[1], x_[2], x_[3], top_, left_, padded_h_, padded_w_,
                       stream_);
         break;
+      }
       case Mode::backward_filter: {  // (x, dy) -> dw
-        const float* x = pad(io.inputs[0].data<float>(), padded);
+        const void* x = operand(pad(io.inputs[0].data<float>(), padded), x16, x_numel());
+        const void* dy = operand(io.inputs[1].data<float>(), y16, y_.numel());
         TOWER_CUDA_CHECK(cudnnConvolutionBackwardFilter(
-            handle_.get(), &one, x_desc_, x, y_desc_, io.inputs[1].data<float>(), conv_desc_,
-            filter_algo_, workspace, workspace_bytes_, &zero, w_desc_, out));
+            handle_.get(), &one, x_desc_, x, y_desc_, dy, conv_desc_, filter_algo_, workspace,
+            workspace_bytes_, &zero, w_desc_, target(w16, out)));
+        result(w16, out, w_.numel());
         break;
       }
     }
   }
 
  private:
+  int64_t x_numel() const { return x_[0] * x_[1] * padded_h_ * padded_w_; }
   size_t padded_bytes() const {
-    return explicit_pad_
-               ? align(static_cast<size_t>(x_[0] * x_[1] * padded_h_ * padded_w_) * sizeof(float))
-               : 0;
+    return explicit_pad_ ? align(static_cast<size_t>(x_numel()) * sizeof(float)) : 0;
+  }
+  size_t bf16_bytes(int64_t n) const {
+    return bf16_ ? align(static_cast<size_t>(n) * sizeof(uint16_t)) : 0;
+  }
+  // What cuDNN reads: the f32 tensor, or in bf16 its copy.
+  const void* operand(const float* x, uint16_t* copy, int64_t n) {
+    if (!bf16_) return x;
+    launch_to_bf16(x, copy, n, stream_);
+    return copy;
+  }
+  // Where cuDNN writes: the f32 tensor, or in bf16 a copy that result() widens into it.
+  void* target(uint16_t* copy, float* out) const {
+    return bf16_ ? static_cast<void*>(copy) : static_cast<void*>(out);
+  }
+  void result(const uint16_t* copy, float* out, int64_t n) {
+    if (bf16_) launch_from_bf16(copy, out, n, stream_);
   }
   const float* pad(const float* x, float* padded) {
     if (!explicit_pad_) return x;
@@ -123,23 +162,24 @@ class ConvKernel : public Kernel {
     return padded;
   }
 
-  // cuDNN's heuristics, best first: the first algorithm that works in plain FP32 (and is
-  // deterministic when asked); its workspace is asked for separately, the heuristics' figure
-  // being an estimate.
+  // cuDNN's heuristics, best first: the first algorithm that works in plain FP32 (in bf16: any
+  // math) and is deterministic when asked; its workspace is asked for separately, the
+  // heuristics' figure being an estimate.
   void choose_algorithm() {
     constexpr int kMax = 16;
     int found = 0;
     auto pick = [&](const auto* perf, auto& algo) {
       for (int i = 0; i < found; ++i)
-        if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].mathType != CUDNN_TENSOR_OP_MATH &&
-            perf[i].mathType != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION &&
+        if (perf[i].status == CUDNN_STATUS_SUCCESS &&
+            (bf16_ || (perf[i].mathType != CUDNN_TENSOR_OP_MATH &&
+                       perf[i].mathType != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION)) &&
             (!deterministic_ || perf[i].determinism == CUDNN_DETERMINISTIC)) {
           algo = perf[i].algo;
           return;
         }
-      fail("cuDNN offers no {}FP32 algorithm for this convolution (x {}, w {}){}",
-           deterministic_ ? "deterministic " : "", x_.to_string(), w_.to_string(),
-           deterministic_ ? "; --no-deterministic allows the others" : "");
+      fail("cuDNN offers no {}{} algorithm for this convolution (x {}, w {}){}",
+           deterministic_ ? "deterministic " : "", bf16_ ? "bf16" : "FP32", x_.to_string(),
+           w_.to_string(), deterministic_ ? "; --no-deterministic allows the others" : "");
     };
     cudnnHandle_t h = handle_.get();
     size_t bytes = 0;
@@ -171,7 +211,8 @@ class ConvKernel : public Kernel {
   Mode mode_;
   cudaStream_t stream_;
   bool deterministic_;
-  Shape x_, w_;
+  bool bf16_;
+  Shape x_, w_, y_;
   bool explicit_pad_ = false;
   int64_t top_ = 0, left_ = 0, padded_h_ = 0, padded_w_ = 0;
   std::shared_ptr<cudnnContext> handle_;

@@ -1,10 +1,12 @@
 // Element-wise arithmetic (Add/Sub/Mul with a broadcast operand, Scale, Square, AddN's copy and
-// accumulate), one thread per element; sums (ReduceSum, SumToShape, L2Loss) and BroadcastTo. A
-// sum's result does not depend on scheduling: every output is summed in double either by one
-// thread in index order, or by a fixed number of blocks per output whose threads take a fixed
-// strided share and combine it in a fixed tree, the blocks' partial sums then added in order.
-// Which of the two is chosen depends only on the shapes (math.cc), so one program always sums the
-// same way.
+// accumulate, bf16 copies), one thread per element; sums (ReduceSum, SumToShape, L2Loss) and
+// BroadcastTo. A sum's result does not depend on scheduling: every output is summed in double
+// either by one thread in index order, or by a fixed number of blocks per output whose threads take
+// a fixed strided share and combine it in a fixed tree, the blocks' partial sums then added in
+// order. Which of the two is chosen depends only on the shapes (math.cc), so one program always
+// sums the same way.
+#include <cuda_bf16.h>
+
 #include "tower/kernels/cuda/launch.cuh"
 #include "tower/kernels/cuda/math.h"
 
@@ -36,6 +38,15 @@ struct Square {
 struct Copy {
   __device__ float operator()(float x) const { return x; }
 };
+
+__global__ void to_bf16_kernel(const float* x, uint16_t* y, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride())
+    y[i] = __bfloat16_as_ushort(__float2bfloat16_rn(x[i]));
+}
+__global__ void from_bf16_kernel(const uint16_t* x, float* y, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride())
+    y[i] = __bfloat162float(__ushort_as_bfloat16(x[i]));
+}
 
 __global__ void accumulate_kernel(const float* x, float* y, int64_t n) {
   for (int64_t i = first_index(); i < n; i += grid_stride()) y[i] += x[i];
@@ -129,6 +140,12 @@ void launch_copy(const float* x, float* y, int64_t n, cudaStream_t stream) {
 }
 void launch_accumulate(const float* x, float* y, int64_t n, cudaStream_t stream) {
   launch_items(accumulate_kernel, n, stream, x, y, n);
+}
+void launch_to_bf16(const float* x, uint16_t* y, int64_t n, cudaStream_t stream) {
+  launch_items(to_bf16_kernel, n, stream, x, y, n);
+}
+void launch_from_bf16(const uint16_t* x, float* y, int64_t n, cudaStream_t stream) {
+  launch_items(from_bf16_kernel, n, stream, x, y, n);
 }
 
 void launch_reduce_sum(const float* x, float* y, double* partial, const ReducePlan& plan,

@@ -19,6 +19,10 @@ void launch_square(const float* x, float* y, int64_t n, cudaStream_t stream);
 void launch_copy(const float* x, float* y, int64_t n, cudaStream_t stream);
 // y += x
 void launch_accumulate(const float* x, float* y, int64_t n, cudaStream_t stream);
+// The bf16 copies that --precision bf16 convolutions and matmuls multiply (a bf16 is its 16 bits):
+// rounded to the nearest, ties to even, as the CPU's conversion; and back, exactly.
+void launch_to_bf16(const float* x, uint16_t* y, int64_t n, cudaStream_t stream);
+void launch_from_bf16(const uint16_t* x, float* y, int64_t n, cudaStream_t stream);
 
 constexpr int kMaxBoxDims = 8;
 // A row-major box of `sizes` walked with `strides` (elements): index `linear` of the box is at

@@ -132,7 +132,7 @@ class LRNKernel : public Kernel {
     float* out = const_cast<Tensor&>(io.outputs[0]).data<float>();
     float* scratch = static_cast<float*>(io.scratch);
     const int64_t image = channels_ * plane_;
-#pragma omp parallel for num_threads(threads_) schedule(static)
+#pragma omp parallel for num_threads(threads_) schedule(dynamic, 2)
     for (int64_t n = 0; n < batch_; ++n) {
       float* sq = scratch + per_thread_ * static_cast<size_t>(omp_get_thread_num());
       float* d = sq + aligned_floats(static_cast<size_t>(image));

@@ -293,7 +293,7 @@ class MaxPoolGradKernel : public Kernel {
     auto* scratch = static_cast<float*>(io.scratch);
     const int64_t* xs = x_blocks_.strides;
     const int64_t* ds = dy_blocks_.strides;
-#pragma omp parallel for num_threads(threads_) schedule(static) firstprivate(p)
+#pragma omp parallel for num_threads(threads_) schedule(dynamic, 4) firstprivate(p)
     for (int64_t plane = 0; plane < x[0] * blocks; ++plane) {
       const int64_t n = plane / blocks, cb = plane % blocks;
       p.lanes = std::min(block, channels - cb * block);

@@ -157,16 +157,16 @@ TEST(Conv2DTest, EmptyBatch) {
 }
 
 // On a team of several threads, the convolutions cut the batch into chunks of rows that the
-// threads take one at a time (32 rows: 4 chunks of 8), the weight and bias gradients summed over
+// threads take one at a time (64 rows: 4 chunks of 16), the weight and bias gradients summed over
 // the chunks in order: within rounding of the one-thread kernels, and the same bits on every run
 // whichever thread took which chunk.
 TEST(Conv2DTest, BatchChunksOnTwoThreadsMatchOneThreadAndRepeatBitwise) {
   Graph graph;
   Scope s(graph);
-  Value x = s.placeholder("x", Shape{32, 16, 8, 8});
+  Value x = s.placeholder("x", Shape{64, 16, 8, 8});
   Value w = s.placeholder("w", Shape{24, 16, 3, 3});
   Value b = s.placeholder("b", Shape{24});
-  Value r = s.placeholder("r", Shape{32, 24, 8, 8});
+  Value r = s.placeholder("r", Shape{64, 24, 8, 8});
   Value y = ops::relu(s, ops::bias_add(s, ops::conv2d(s, x, w, {{1, 1}, Padding::same}), b));
   Value loss = ops::reduce_sum(s, ops::mul(s, y, r));
   std::vector<Value> fetches = {y};
@@ -180,7 +180,7 @@ TEST(Conv2DTest, BatchChunksOnTwoThreadsMatchOneThreadAndRepeatBitwise) {
   const std::vector<Tensor> two = run_once(graph, fetches, variables, feeds, 2);
   const char* names[] = {"y", "dx", "dw", "db"};
   for (size_t i = 0; i < one.size(); ++i) {
-    // (the weight gradient's sums of 2,048 products, in another order: ~2e-5 seen)
+    // (the weight gradient's sums of 4,096 products, in another order: ~2e-5 seen)
     EXPECT_LE(testing::max_relative_error(two[i], one[i]), 1e-4) << names[i];
     for (int repeat = 0; repeat < 3; ++repeat) {
       const std::vector<Tensor> again = run_once(graph, fetches, variables, feeds, 2);

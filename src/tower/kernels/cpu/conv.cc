@@ -135,19 +135,22 @@ class ConvKernel : public Kernel {
     char* scratch = static_cast<char*>(io.scratch);
     char* partials = scratch + align64(scratchpad_md_.get_size()) * static_cast<size_t>(threads_);
     chunk_args_.assign(static_cast<size_t>(chunks_ * threads_), {});
-    partials_.clear();
+    sums_.clear();
     for (const Arg& arg : args_) {
       const Tensor& t = arg.is_output ? io.outputs[static_cast<size_t>(arg.index)]
                                       : io.inputs[static_cast<size_t>(arg.index)];
       char* base = static_cast<char*>(const_cast<void*>(t.raw_data()));
+      if (arg.role == Role::sum && chunks_ > 1)
+        sums_.push_back({reinterpret_cast<float*>(base),
+                         static_cast<int64_t>(arg.md.get_size() / sizeof(float)),
+                         {}});
       for (int c = 0; c < chunks_; ++c) {
         char* data = base;
         if (arg.role == Role::rows) data += arg.md.get_size() * static_cast<size_t>(c);
         if (arg.role == Role::sum && c > 0) {
           data = partials;
           partials += align64(arg.md.get_size());
-          partials_.push_back({reinterpret_cast<float*>(data), reinterpret_cast<float*>(base),
-                               static_cast<int64_t>(arg.md.get_size() / sizeof(float))});
+          sums_.back().partials.push_back(reinterpret_cast<const float*>(data));
         }
         for (int th = 0; th < threads_; ++th)
           chunk_args_[static_cast<size_t>(c * threads_ + th)][arg.dnnl_arg] =
@@ -189,19 +192,15 @@ class ConvKernel : public Kernel {
   }
 
  private:
-  // Each sum output += its chunks' partial results, in chunk order (partials_ lists them so).
+  // Each sum output += the partial results of chunks 1..., in chunk order.
   void add_partials() {
     constexpr int64_t kBlock = 4096;
-    for (size_t first = 0; first < partials_.size(); first += static_cast<size_t>(chunks_ - 1)) {
-      float* out = partials_[first].out;
-      const int64_t n = partials_[first].n;
+    for (const SumOutput& sum : sums_) {
 #pragma omp parallel for num_threads(threads_) schedule(static)
-      for (int64_t begin = 0; begin < n; begin += kBlock) {
-        const int64_t end = std::min(n, begin + kBlock);
-        for (int c = 0; c < chunks_ - 1; ++c) {
-          const float* in = partials_[first + static_cast<size_t>(c)].in;
-          for (int64_t i = begin; i < end; ++i) out[i] += in[i];
-        }
+      for (int64_t begin = 0; begin < sum.n; begin += kBlock) {
+        const int64_t end = std::min(sum.n, begin + kBlock);
+        for (const float* in : sum.partials)
+          for (int64_t i = begin; i < end; ++i) sum.out[i] += in[i];
       }
     }
   }
@@ -215,10 +214,11 @@ class ConvKernel : public Kernel {
     return {};
   }
 
-  struct Partial {
-    const float* in;
+  // A weight or bias gradient (chunk 0's result, in place) and where chunks 1... wrote theirs.
+  struct SumOutput {
     float* out;
     int64_t n;
+    std::vector<const float*> partials;
   };
   const Node& node_;
   dnnl::primitive prim_;
@@ -227,7 +227,7 @@ class ConvKernel : public Kernel {
   int chunks_, threads_;
   bool has_empty_input_ = false;
   std::vector<std::unordered_map<int, memory>> chunk_args_;
-  std::vector<Partial> partials_;
+  std::vector<SumOutput> sums_;
 };
 
 Arg input_arg(int dnnl_arg, int index, const Shape& shape, const memory::desc& md,

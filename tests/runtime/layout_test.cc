@@ -1,11 +1,15 @@
 // Layout propagation: values stay in oneDNN's blocked layouts between kernels that accept them.
 // Whatever the layouts inside, a Program must compute what the all-plain Program computes.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <string>
 
 #include "testing/gradient_check.h"
+#include "tower/core/device.h"
 #include "tower/graph/gradients.h"
 #include "tower/ops/activation.h"
 #include "tower/ops/batch_norm.h"
@@ -22,7 +26,8 @@ namespace {
 
 // conv -> bias -> relu -> max-pool -> conv -> bias -> relu -> conv -> batch norm -> relu, plus a
 // residual add (so a value fans out and its gradients meet in an AddN) and an LRN branch (a
-// hand-written, plain-only kernel). 24 channels: blocked layouts are padded to 32.
+// hand-written kernel, on the pooling's 16-channel blocks with AVX-512). 24 channels: blocked
+// layouts are padded to 32.
 struct ChainGraph {
   Graph graph;
   Value images;
@@ -193,6 +198,49 @@ TEST(LayoutTest, EnvironmentVariableTurnsPropagationOff) {
   run_chain(c, true, &on);
   unsetenv("TOWER_LAYOUTS");
   EXPECT_EQ(on.reorders, off.reorders);
+}
+
+// LRN reads and writes the convolutions' channel blocks (nChw16c with AVX-512) with no conversion
+// on either side: the forward pass, LRNGrad and LRNGrad+ReluGrad give what plain NCHW gives, for
+// a window inside a block, one across blocks, one as wide as a block, and every exponent path.
+// (What the values around the LRNs still meet is the convolutions' own choice: the weights, and
+// the first convolution's gradient, which reads dy in another layout.)
+TEST(LayoutTest, LrnOnChannelBlocksMatchesPlainWithNoConversions) {
+  const ops::LRNAttrs cases[] = {
+      {4, 1.0f, 0.001f / 9, 0.75f}, {1, 2.0f, 0.1f, 0.5f}, {16, 1.0f, 0.05f, 0.6f}};
+  for (const ops::LRNAttrs& a : cases) {
+    SCOPED_TRACE(fmt::format("depth_radius {} beta {}", a.depth_radius, a.beta));
+    Graph graph;
+    Scope s(graph);
+    Value images = s.placeholder("images", Shape{3, 5, 6, 6});
+    Value w1 = s.get_variable("w1", Shape{48, 5, 3, 3}, Initializer::he_normal());
+    Value w2 = s.get_variable("w2", Shape{8, 48, 3, 3}, Initializer::he_normal());
+    const ops::Conv2DAttrs same{{1, 1}, ops::Padding::same};
+    Value h = ops::relu(s, ops::conv2d(s, images, w1, same));
+    Value pooled = ops::max_pool(s, ops::lrn(s, h, a), {{2, 2}, {2, 2}, ops::Padding::valid});
+    Value loss = ops::l2_loss(s, ops::conv2d(s, ops::lrn(s, pooled, a), w2, same));
+    std::vector<Value> fetches = {loss};
+    for (Value g : gradients(s, loss, {images, w1, w2})) fetches.push_back(g);
+    VariableStore variables;
+    variables.initialize(graph, 9);
+    const Tensor input = testing::random_tensor(Shape{3, 5, 6, 6}, 6);
+    expect_close(run_program(graph, fetches, variables, {Device{}, 2, false}, images, input),
+                 run_program(graph, fetches, variables, {Device{}, 2, true}, images, input));
+    if (!cpu_info().avx512f) continue;
+    Program program(graph, fetches, variables, {Device{}, 2});
+    program.set_profiling(true);
+    program.run();
+    std::map<std::string, std::string> op_of;
+    for (const auto& node : graph.nodes()) op_of[node->name] = node->op;
+    int reorders = 0;
+    for (const KernelTime& k : program.profile()) {
+      if (k.op != "Reorder") continue;
+      ++reorders;
+      for (const char* op : {"Relu", "LRN", "MaxPool", "LRNGrad"})
+        EXPECT_NE(op_of[k.node], op) << k.node << " was converted";
+    }
+    EXPECT_GT(reorders, 0);  // the images, the weights, the loss: the check above saw some
+  }
 }
 
 // Max pooling on a channel-blocked input whose channel count (24) is not a multiple of the block:

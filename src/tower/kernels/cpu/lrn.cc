@@ -6,13 +6,23 @@
 //   d[c] = bias + alpha * sum_{|c'-c| <= r} x[c']^2,   y[c] = x[c] * d[c]^-beta
 //   dx[c] = dy[c] d[c]^-beta - 2 alpha beta x[c] sum_{|c'-c| <= r} dy[c'] x[c'] d[c']^(-beta-1)
 // LRNGrad+ReluGrad (fused by the runtime when x is a ReLU's output) zeroes dx where x is not > 0.
+//
+// With AVX-512, x in channel blocks of 16 (nChw16c: what the convolutions and pooling around an
+// LRN read and write) is normalized in that layout, with no conversion on either side (8 of them
+// per cifar10 step, 2.4 ms on 2 cores): each pixel's channels are whole vectors, one per
+// block, and a window's sum adds the vector to its neighbours' lanes shifted in from the blocks on
+// either side (vpermt2ps), so the window is summed directly instead of by a running sum.
 #include "tower/ops/lrn.h"
 
+#include <immintrin.h>
 #include <omp.h>
 
 #include <cmath>
+#include <optional>
 
+#include "tower/core/device.h"
 #include "tower/kernels/cpu/clones.h"
+#include "tower/kernels/cpu/dnnl_util.h"
 #include "tower/kernels/kernel.h"
 
 namespace tower::cpu {
@@ -111,20 +121,147 @@ TOWER_CPU_CLONES void lrn_image(const float* x, const float* dy, float* out, flo
     lrn_image_exponent<Exponent::any>(x, dy, out, sq, d, t, channels, plane, relu, a);
 }
 
+// Channel blocks of 16: the window sum of lane l of block b over channels within r (r <= 16), from
+// the vectors of blocks b - 1, b and b + 1 (zero beyond the channels).
+struct WindowShifts {
+  __m512i up[17], down[17];  // lanes l + k of (cur, next), l - k of (prev, cur)
+  int64_t radius;
+};
+[[gnu::target("avx512f")]] TOWER_ALWAYS_INLINE __m512 window_sum16(__m512 prev, __m512 cur,
+                                                                   __m512 next,
+                                                                   const WindowShifts& w) {
+  __m512 sum = cur;
+  for (int64_t k = 1; k <= w.radius; ++k) {
+    sum = _mm512_add_ps(sum, _mm512_permutex2var_ps(prev, w.down[k], cur));
+    sum = _mm512_add_ps(sum, _mm512_permutex2var_ps(cur, w.up[k], next));
+  }
+  return sum;
+}
+
+template <Exponent kExponent>
+[[gnu::target("avx512f")]] TOWER_ALWAYS_INLINE __m512 pow_neg16(__m512 d, float beta) {
+  if constexpr (kExponent == Exponent::any) {
+    alignas(64) float lanes[16];
+    _mm512_store_ps(lanes, d);
+    for (float& v : lanes) v = std::pow(v, -beta);
+    return _mm512_load_ps(lanes);
+  } else {  // (maskz_sqrt: GCC 12 warns that plain sqrt's unused source is uninitialized)
+    const __m512 r = _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_maskz_sqrt_ps(0xffff, d));
+    return kExponent == Exponent::half ? r : _mm512_mul_ps(r, _mm512_maskz_sqrt_ps(0xffff, r));
+  }
+}
+
+constexpr int64_t kMaxBlocks = 64;  // channels <= 1024 for the blocked kernel
+
+// One image in channel blocks of 16 (`blocks` of them, `block_stride` floats apart, each `pixels`
+// vectors): y = LRN(x), or (dy given) dx (kRelu: times x > 0). Per pixel: the squares, then d and
+// d^-beta per block, then (backward) the window sums of dy x d^(-beta-1).
+template <bool kBackward, bool kRelu, Exponent kExponent>
+[[gnu::target("avx512f")]] TOWER_ALWAYS_INLINE void lrn_blocked_body(
+    const float* x, const float* dy, float* out, int64_t blocks, int64_t pixels,
+    int64_t block_stride, const WindowShifts& w, const ops::LRNAttrs& a) {
+  const __m512 bias = _mm512_set1_ps(a.bias), alpha = _mm512_set1_ps(a.alpha);
+  const __m512 k = _mm512_set1_ps(2.0f * a.alpha * a.beta), zero = _mm512_setzero_ps();
+  // Per block of the pixel; sq and t with a zero vector on either side.
+  __m512 xs[kMaxBlocks], sq[kMaxBlocks + 2], p[kMaxBlocks], t[kMaxBlocks + 2];
+  sq[0] = sq[blocks + 1] = t[0] = t[blocks + 1] = zero;
+  for (int64_t i = 0; i < pixels; ++i) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      xs[b] = _mm512_loadu_ps(x + b * block_stride + i * 16);
+      sq[b + 1] = _mm512_mul_ps(xs[b], xs[b]);
+    }
+    for (int64_t b = 0; b < blocks; ++b) {
+      const __m512 d =
+          _mm512_add_ps(bias, _mm512_mul_ps(alpha, window_sum16(sq[b], sq[b + 1], sq[b + 2], w)));
+      p[b] = pow_neg16<kExponent>(d, a.beta);
+      if constexpr (!kBackward) {
+        _mm512_storeu_ps(out + b * block_stride + i * 16, _mm512_mul_ps(xs[b], p[b]));
+      } else {
+        const __m512 g = _mm512_loadu_ps(dy + b * block_stride + i * 16);
+        t[b + 1] = _mm512_div_ps(_mm512_mul_ps(_mm512_mul_ps(g, xs[b]), p[b]), d);
+        p[b] = _mm512_mul_ps(g, p[b]);  // dy d^-beta
+      }
+    }
+    if constexpr (kBackward) {
+      for (int64_t b = 0; b < blocks; ++b) {
+        __m512 dx = _mm512_sub_ps(p[b], _mm512_mul_ps(_mm512_mul_ps(k, xs[b]),
+                                                      window_sum16(t[b], t[b + 1], t[b + 2], w)));
+        if constexpr (kRelu)
+          dx = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(xs[b], zero, _CMP_GT_OQ), dx);
+        _mm512_storeu_ps(out + b * block_stride + i * 16, dx);
+      }
+    }
+  }
+}
+
+template <Exponent kExponent>
+[[gnu::target("avx512f")]] TOWER_ALWAYS_INLINE void lrn_blocked_exponent(
+    const float* x, const float* dy, float* out, int64_t blocks, int64_t pixels,
+    int64_t block_stride, bool relu, const WindowShifts& w, const ops::LRNAttrs& a) {
+  if (dy == nullptr)
+    lrn_blocked_body<false, false, kExponent>(x, dy, out, blocks, pixels, block_stride, w, a);
+  else if (relu)
+    lrn_blocked_body<true, true, kExponent>(x, dy, out, blocks, pixels, block_stride, w, a);
+  else
+    lrn_blocked_body<true, false, kExponent>(x, dy, out, blocks, pixels, block_stride, w, a);
+}
+
+[[gnu::target("avx512f")]] void lrn_blocked_image(const float* x, const float* dy, float* out,
+                                                  int64_t blocks, int64_t pixels,
+                                                  int64_t block_stride, bool relu,
+                                                  const ops::LRNAttrs& a) {
+  WindowShifts w;
+  w.radius = a.depth_radius;
+  for (int k = 0; k <= 16; ++k) {
+    alignas(64) int32_t up[16], down[16];
+    for (int l = 0; l < 16; ++l) up[l] = l + k, down[l] = 16 + l - k;
+    w.up[k] = _mm512_load_si512(up);
+    w.down[k] = _mm512_load_si512(down);
+  }
+  if (a.beta == 0.75f)
+    lrn_blocked_exponent<Exponent::three_quarters>(x, dy, out, blocks, pixels, block_stride, relu,
+                                                   w, a);
+  else if (a.beta == 0.5f)
+    lrn_blocked_exponent<Exponent::half>(x, dy, out, blocks, pixels, block_stride, relu, w, a);
+  else
+    lrn_blocked_exponent<Exponent::any>(x, dy, out, blocks, pixels, block_stride, relu, w, a);
+}
+
+// x's layout when the blocked kernel can read it: channels in whole blocks of 16 with each block's
+// pixels contiguous, a window that reaches only the next block, and AVX-512.
+std::optional<Layout> blocked_layout(const Shape& x, const Layout& incoming,
+                                     const ops::LRNAttrs& a) {
+  if (incoming.is_plain() || x.rank() != 4 || a.depth_radius > 16 || x[1] > 16 * kMaxBlocks ||
+      !cpu_info().avx512f)
+    return std::nullopt;
+  const dnnl::memory::desc md = md_of(x, incoming);
+  const std::optional<ChannelBlocks> b = channel_blocks(md);
+  const int64_t pixels = x[2] * x[3];
+  if (!b || b->block != 16 || x[1] % 16 != 0 || b->strides[3] != 16 || b->strides[2] != 16 * x[3] ||
+      b->strides[1] != 16 * pixels || b->strides[0] != x[1] * pixels)
+    return std::nullopt;
+  return incoming;
+}
+
 class LRNKernel : public Kernel {
  public:
-  LRNKernel(const Node& node, int num_threads, bool backward, bool relu = false)
+  LRNKernel(const Node& node, const KernelContext& context, bool backward, bool relu = false)
       : attrs_(node.attr<ops::LRNAttrs>()), backward_(backward), relu_(relu) {
     const Shape& x = node.inputs[0].shape();
     batch_ = x[0];
     channels_ = x[1];
     plane_ = x[2] * x[3];
-    per_thread_ = aligned_floats(static_cast<size_t>(channels_ * plane_)) * (backward ? 3 : 2);
-    threads_ = std::max(num_threads, 1);
+    threads_ = std::max(context.num_threads, 1);
+    blocked_ = blocked_layout(x, context.input_layout(0), attrs_);
+    if (!blocked_)
+      per_thread_ = aligned_floats(static_cast<size_t>(channels_ * plane_)) * (backward ? 3 : 2);
   }
   size_t scratch_bytes() const override {
     return per_thread_ * sizeof(float) * static_cast<size_t>(threads_);
   }
+  // Every input and the output in x's layout: plain, or the blocks it came in.
+  Layout input_layout(int) const override { return blocked_ ? *blocked_ : Layout{}; }
+  Layout output_layout(int) const override { return blocked_ ? *blocked_ : Layout{}; }
 
   void run(const KernelIO& io) override {
     const float* x = io.inputs[0].data<float>();
@@ -134,11 +271,16 @@ class LRNKernel : public Kernel {
     const int64_t image = channels_ * plane_;
 #pragma omp parallel for num_threads(threads_) schedule(dynamic, 2)
     for (int64_t n = 0; n < batch_; ++n) {
+      const float* g = backward_ ? dy + n * image : nullptr;
+      if (blocked_) {
+        lrn_blocked_image(x + n * image, g, out + n * image, channels_ / 16, plane_, plane_ * 16,
+                          relu_, attrs_);
+        continue;
+      }
       float* sq = scratch + per_thread_ * static_cast<size_t>(omp_get_thread_num());
       float* d = sq + aligned_floats(static_cast<size_t>(image));
       float* t = backward_ ? d + aligned_floats(static_cast<size_t>(image)) : nullptr;
-      lrn_image(x + n * image, backward_ ? dy + n * image : nullptr, out + n * image, sq, d, t,
-                channels_, plane_, relu_, attrs_);
+      lrn_image(x + n * image, g, out + n * image, sq, d, t, channels_, plane_, relu_, attrs_);
     }
   }
 
@@ -148,24 +290,25 @@ class LRNKernel : public Kernel {
   int64_t batch_ = 0, channels_ = 0, plane_ = 0;
   size_t per_thread_ = 0;
   int threads_ = 1;
+  std::optional<Layout> blocked_;  // channel blocks of 16 (blocked_lrn_image), else plain
 };
 
 KernelRegistrar lrn_kernel{
     "LRN", DeviceKind::cpu,
     [](const Node& node, const KernelContext& context) -> std::unique_ptr<Kernel> {
-      return std::make_unique<LRNKernel>(node, context.num_threads, false);
+      return std::make_unique<LRNKernel>(node, context, false);
     }};
 // inputs (x, dy) -> dx
 KernelRegistrar lrn_grad_kernel{
     "LRNGrad", DeviceKind::cpu,
     [](const Node& node, const KernelContext& context) -> std::unique_ptr<Kernel> {
-      return std::make_unique<LRNKernel>(node, context.num_threads, true);
+      return std::make_unique<LRNKernel>(node, context, true);
     }};
 // inputs (x, dy, ReLU's output = x) -> dx where x > 0
 KernelRegistrar lrn_grad_relu_kernel{
     "LRNGrad+ReluGrad", DeviceKind::cpu,
     [](const Node& node, const KernelContext& context) -> std::unique_ptr<Kernel> {
-      return std::make_unique<LRNKernel>(node, context.num_threads, true, true);
+      return std::make_unique<LRNKernel>(node, context, true, true);
     }};
 
 }  // namespace

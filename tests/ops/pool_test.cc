@@ -124,6 +124,24 @@ TEST(PoolTest, MaxPoolGradRoutesToTheFirstMaximum) {
   }
 }
 
+// On a team of threads the pooling runs in chunks of rows that the threads take one at a time
+// (64 rows: 4 chunks of 16): each window is computed as by one thread, so the bits are the same.
+TEST(PoolTest, BatchChunksOnTwoThreadsGiveTheOneThreadBits) {
+  const PoolAttrs a{{3, 3}, {2, 2}, Padding::same};
+  for (int64_t channels : {16, 5})  // channel blocks, and plain NCHW
+    for (bool is_max : {true, false}) {
+      Tensor x = random_tensor(Shape{64, channels, 9, 9}, 11);
+      auto run = [&](int threads) {
+        return testing::run_graph(
+            [&](const Scope& s, const std::vector<Value>& in) { return pool(s, in[0], a, is_max); },
+            {&x}, threads);
+      };
+      const Tensor one = run(1), two = run(2);
+      EXPECT_EQ(one.to_vector<float>(), two.to_vector<float>())
+          << (is_max ? "max, " : "avg, ") << channels << " channels";
+    }
+}
+
 // AvgPoolGrad is linear, with AvgPool as its gradient.
 TEST(PoolTest, AvgPoolGradGradientMatchesFiniteDifferences) {
   PoolAttrs a{{3, 3}, {2, 2}, Padding::same};

@@ -22,6 +22,7 @@
 
 #include "tower/core/device.h"
 #include "tower/kernels/cpu/bf16.h"
+#include "tower/kernels/cpu/chunks.h"
 #include "tower/kernels/cpu/clones.h"
 #include "tower/kernels/cpu/dnnl_util.h"
 #include "tower/kernels/kernel.h"
@@ -45,50 +46,39 @@ Layout pooling_layout(const Shape& x, const Layout& incoming) {
   return to_layout(memory::desc(to_dims(x), memory::data_type::f32, tag), x);
 }
 
-// y follows x: plain for a plain x, else the layout oneDNN picks to go with x's.
+// y follows x: plain for a plain x (`x_md`), else the layout oneDNN picks to go with x's.
 dnnl::pooling_forward::primitive_desc forward_pd(dnnl::prop_kind prop, bool is_max, const Shape& x,
-                                                 const Layout& x_layout, const Shape& y,
+                                                 const memory::desc& x_md, const Shape& y,
                                                  const ops::PoolAttrs& a) {
   ops::AxisPadding ph = ops::axis_padding(x[2], a.ksize[0], a.strides[0], a.padding);
   ops::AxisPadding pw = ops::axis_padding(x[3], a.ksize[1], a.strides[1], a.padding);
-  memory::desc y_md = x_layout.is_plain() ? plain_md(y)
+  memory::desc y_md = x_md == plain_md(x) ? plain_md(y)
                                           : memory::desc(to_dims(y), memory::data_type::f32,
                                                          memory::format_tag::any);
-  dnnl::pooling_forward::desc desc(prop, algorithm_of(is_max), md_of(x, x_layout), y_md,
+  dnnl::pooling_forward::desc desc(prop, algorithm_of(is_max), x_md, y_md,
                                    {a.strides[0], a.strides[1]}, {a.ksize[0], a.ksize[1]},
                                    {ph.before, pw.before}, {ph.after, pw.after});
   return {desc, user_scratchpad(), engine()};
 }
 
-class PoolForwardKernel : public Kernel {
- public:
-  PoolForwardKernel(const Node& node, const KernelContext& context, bool is_max)
-      : node_(node), x_layout_(pooling_layout(node.inputs[0].shape(), context.input_layout(0))) {
-    pd_ = build(node, [&] {
-      return forward_pd(dnnl::prop_kind::forward_inference, is_max, node.inputs[0].shape(),
-                        x_layout_, node.outputs[0].shape, node.attr<ops::PoolAttrs>());
+// MaxPool and AvgPool (input x), in batch chunks on a team of threads (chunks.h).
+std::unique_ptr<Kernel> make_pool(const Node& node, const KernelContext& context, bool is_max) {
+  const Shape& x = node.inputs[0].shape();
+  const Shape& y = node.outputs[0].shape;
+  const memory::desc x_md = md_of(x, pooling_layout(x, context.input_layout(0)));
+  return chunked(node, context, x[0], [&](int64_t rows) {
+    const memory::desc xr_md = rows == x[0] ? x_md : with_batch(x_md, rows).value_or(x_md);
+    const Shape xr = with_rows(x, xr_md.dims()[0]);
+    auto pd = build(node, [&] {
+      return forward_pd(dnnl::prop_kind::forward_inference, is_max, xr, xr_md, with_rows(y, xr[0]),
+                        node.attr<ops::PoolAttrs>());
     });
-    prim_ = dnnl::pooling_forward(pd_);
-  }
-  Layout input_layout(int) const override { return x_layout_; }
-  Layout output_layout(int) const override {
-    return to_layout(pd_.dst_desc(), node_.outputs[0].shape);
-  }
-  size_t scratch_bytes() const override { return pd_.scratchpad_desc().get_size(); }
-  void bind(const KernelIO& io) override {
-    args_ = {{DNNL_ARG_SRC, make_memory(pd_.src_desc(), io.inputs[0])},
-             {DNNL_ARG_DST, make_memory(pd_.dst_desc(), io.outputs[0])}};
-    add_scratchpad(args_, pd_.scratchpad_desc(), io.scratch);
-  }
-  void run(const KernelIO& io) override { execute(node_, prim_, args_); }
-
- private:
-  const Node& node_;
-  Layout x_layout_;
-  dnnl::pooling_forward::primitive_desc pd_;
-  dnnl::pooling_forward prim_;
-  std::unordered_map<int, memory> args_;
-};
+    return Built{dnnl::pooling_forward(pd),
+                 pd.scratchpad_desc(),
+                 {input_arg(DNNL_ARG_SRC, 0, x, pd.src_desc(), Role::rows),
+                  output_arg(DNNL_ARG_DST, y, pd.dst_desc(), Role::rows)}};
+  });
+}
 
 // AvgPoolGrad (input dy) on plain NCHW.
 class AvgPoolGradKernel : public Kernel {
@@ -98,7 +88,7 @@ class AvgPoolGradKernel : public Kernel {
     const Shape& dx = node.outputs[0].shape;
     const ops::PoolAttrs& a = node.attr<ops::PoolGradAttrs>().pool;
     build(node, [&] {
-      fwd_pd_ = forward_pd(dnnl::prop_kind::forward_training, false, dx, Layout{}, dy, a);
+      fwd_pd_ = forward_pd(dnnl::prop_kind::forward_training, false, dx, plain_md(dx), dy, a);
       ops::AxisPadding ph = ops::axis_padding(dx[2], a.ksize[0], a.strides[0], a.padding);
       ops::AxisPadding pw = ops::axis_padding(dx[3], a.ksize[1], a.strides[1], a.padding);
       dnnl::pooling_backward::desc desc(algorithm_of(false), plain_md(dx), fwd_pd_.dst_desc(),
@@ -329,14 +319,12 @@ std::unique_ptr<Kernel> make(const Node& node, const KernelContext& context) {
   return std::make_unique<K>(node, context);
 }
 
-KernelRegistrar max_pool_kernel{"MaxPool", DeviceKind::cpu,
-                                [](const Node& node, const KernelContext& context) {
-                                  return std::make_unique<PoolForwardKernel>(node, context, true);
-                                }};
-KernelRegistrar avg_pool_kernel{"AvgPool", DeviceKind::cpu,
-                                [](const Node& node, const KernelContext& context) {
-                                  return std::make_unique<PoolForwardKernel>(node, context, false);
-                                }};
+KernelRegistrar max_pool_kernel{
+    "MaxPool", DeviceKind::cpu,
+    [](const Node& node, const KernelContext& context) { return make_pool(node, context, true); }};
+KernelRegistrar avg_pool_kernel{
+    "AvgPool", DeviceKind::cpu,
+    [](const Node& node, const KernelContext& context) { return make_pool(node, context, false); }};
 KernelRegistrar max_pool_grad_kernel{"MaxPoolGrad", DeviceKind::cpu,
                                      make<MaxPoolGradKernel<false>>};
 KernelRegistrar max_pool_grad_relu_kernel{"MaxPoolGrad+ReluGrad", DeviceKind::cpu,

@@ -35,9 +35,10 @@ class ReorderKernel : public Kernel {
       const float* in = io.inputs[0].data<float>();
       auto* out = static_cast<uint16_t*>(const_cast<void*>(io.outputs[0].raw_data()));
       const auto n = static_cast<int64_t>(from_md_.get_size() / sizeof(float));
-#pragma omp parallel for schedule(static)
-      for (int64_t i = 0; i < n; i += 4096)
-        convert_to_bf16(in + i, out + i, std::min<int64_t>(4096, n - i));
+      // Blocks taken one at a time: a thread slowed by another process converts fewer.
+#pragma omp parallel for schedule(dynamic, 1)
+      for (int64_t i = 0; i < n; i += 16384)
+        convert_to_bf16(in + i, out + i, std::min<int64_t>(16384, n - i));
     } else if (prim_) {
       execute(node_, *prim_, args_);
     }

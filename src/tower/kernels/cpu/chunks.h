@@ -1,0 +1,61 @@
+// oneDNN primitives in batch chunks. oneDNN splits one primitive's work evenly and statically
+// over its thread team, so a thread slowed down by another process on its core holds the whole
+// team back. A chunked kernel instead builds a one-thread primitive for a chunk of rows of the
+// batch and has the team take the chunks one at a time (a dynamic schedule): a slowed thread runs
+// fewer chunks. Outputs that sum over the batch (a weight or bias gradient) are each chunk's
+// result added in chunk order, so the bits do not depend on which thread ran which chunk.
+// Convolutions, pooling and matmuls use it (only kernel files include this).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "tower/kernels/cpu/dnnl_util.h"
+
+namespace tower::cpu {
+
+// One tensor argument of the primitive. `md` is its layout for the primitive (a chunk's, with
+// batch chunks), and the kernel declares it as the tensor's layout unless `layout` says otherwise,
+// so the runtime hands the tensor over in it. A `rows` argument is cut into chunks along `md`'s
+// dimension `dim`, which must be outermost in memory; a `sum` output is the sum of the chunks'
+// results; a `whole` one is read whole by every chunk.
+enum class Role { whole, rows, sum };
+struct Arg {
+  int dnnl_arg = 0;
+  bool is_output = false;
+  int index = 0;  // into io.inputs or io.outputs
+  Shape shape;    // the whole tensor's
+  dnnl::memory::desc md;
+  Role role = Role::whole;
+  int dim = 0;
+  std::optional<Layout> layout;
+};
+Arg input_arg(int dnnl_arg, int index, const Shape& shape, const dnnl::memory::desc& md,
+              Role role = Role::whole);
+Arg output_arg(int dnnl_arg, const Shape& shape, const dnnl::memory::desc& md, Role role,
+               int index = 0);
+
+// A primitive with its arguments, built for a batch of some number of rows.
+struct Built {
+  dnnl::primitive prim;
+  dnnl::memory::desc scratchpad_md;
+  std::vector<Arg> args;
+};
+
+// `shape` with `rows` rows (dimension 0).
+Shape with_rows(const Shape& shape, int64_t rows);
+// `md` (of some rows) for `batch` rows, when dimension `dim` is outermost in memory (not blocked,
+// the largest stride), so that chunks of rows lie one after another; nullopt otherwise.
+std::optional<dnnl::memory::desc> with_batch(const dnnl::memory::desc& md, int64_t batch,
+                                             int dim = 0);
+
+// The kernel of `build(rows)` (a primitive for `rows` of the batch): in chunks of at least 16
+// rows (smaller ones lose speed in bf16), at most 16 of them, when the team has several threads
+// and every `rows` argument's layout allows; else one primitive of the whole batch on the team.
+using BuildFn = std::function<Built(int64_t rows)>;
+std::unique_ptr<Kernel> chunked(const Node& node, const KernelContext& context, int64_t batch,
+                                const BuildFn& build);
+
+}  // namespace tower::cpu

@@ -115,13 +115,10 @@ class ChunkedKernel : public Kernel {
 
   Layout layout_of(bool is_output, int index) const {
     for (const Arg& arg : args_)
-      if (arg.is_output == is_output && arg.index == index) {
-        if (arg.layout) return *arg.layout;
-        return to_layout(chunks_ > 1 && arg.role == Role::rows
-                             ? *with_batch(arg.md, arg.shape[arg.dim], arg.dim)
-                             : arg.md,
-                         arg.shape);
-      }
+      if (arg.is_output == is_output && arg.index == index)
+        return to_layout(
+            chunks_ > 1 && arg.role == Role::rows ? *with_batch(arg.md, arg.shape[0]) : arg.md,
+            arg.shape);
     return {};
   }
 
@@ -156,16 +153,16 @@ Arg output_arg(int dnnl_arg, const Shape& shape, const memory::desc& md, Role ro
              .role = role};
 }
 
-std::optional<memory::desc> with_batch(const memory::desc& md, int64_t batch, int dim) {
+std::optional<memory::desc> with_batch(const memory::desc& md, int64_t batch) {
   dnnl_memory_desc_t d = md.data;
   if (d.format_kind != dnnl_blocked || d.offset0 != 0) return std::nullopt;
   const dnnl_blocking_desc_t& b = d.format_desc.blocking;
   for (int i = 0; i < b.inner_nblks; ++i)
-    if (b.inner_idxs[i] == dim) return std::nullopt;
+    if (b.inner_idxs[i] == 0) return std::nullopt;
   const size_t elem = memory::data_type_size(md.data_type());
-  if (static_cast<size_t>(b.strides[dim] * d.padded_dims[dim]) * elem != md.get_size())
+  if (static_cast<size_t>(b.strides[0] * d.padded_dims[0]) * elem != md.get_size())
     return std::nullopt;
-  d.dims[dim] = d.padded_dims[dim] = batch;
+  d.dims[0] = d.padded_dims[0] = batch;
   return memory::desc(d);
 }
 
@@ -192,7 +189,7 @@ std::unique_ptr<Kernel> chunked(const Node& node, const KernelContext& context, 
     Built built = build(batch / chunks);
     bool contiguous = true;
     for (const Arg& arg : built.args)
-      contiguous &= arg.role != Role::rows || with_batch(arg.md, batch, arg.dim).has_value();
+      contiguous &= arg.role != Role::rows || with_batch(arg.md, batch).has_value();
     if (contiguous) return std::make_unique<ChunkedKernel>(node, std::move(built), chunks, threads);
   }
   return std::make_unique<ChunkedKernel>(node, build(batch), 1, threads);

@@ -17,10 +17,10 @@
 namespace tower::cpu {
 
 // One tensor argument of the primitive. `md` is its layout for the primitive (a chunk's, with
-// batch chunks), and the kernel declares it as the tensor's layout unless `layout` says otherwise,
-// so the runtime hands the tensor over in it. A `rows` argument is cut into chunks along `md`'s
-// dimension `dim`, which must be outermost in memory; a `sum` output is the sum of the chunks'
-// results; a `whole` one is read whole by every chunk.
+// batch chunks), which the kernel declares as the tensor's layout, so the runtime hands the tensor
+// over in it. A `rows` argument is cut into chunks of rows (the batch must be outermost in
+// memory); a `sum` output is the sum of the chunks' results; a `whole` one is read whole by every
+// chunk.
 enum class Role { whole, rows, sum };
 struct Arg {
   int dnnl_arg = 0;
@@ -29,8 +29,6 @@ struct Arg {
   Shape shape;    // the whole tensor's
   dnnl::memory::desc md;
   Role role = Role::whole;
-  int dim = 0;
-  std::optional<Layout> layout;
 };
 Arg input_arg(int dnnl_arg, int index, const Shape& shape, const dnnl::memory::desc& md,
               Role role = Role::whole);
@@ -46,10 +44,9 @@ struct Built {
 
 // `shape` with `rows` rows (dimension 0).
 Shape with_rows(const Shape& shape, int64_t rows);
-// `md` (of some rows) for `batch` rows, when dimension `dim` is outermost in memory (not blocked,
+// `md` (of some rows) for `batch` rows, when the batch is its outermost dimension (not blocked,
 // the largest stride), so that chunks of rows lie one after another; nullopt otherwise.
-std::optional<dnnl::memory::desc> with_batch(const dnnl::memory::desc& md, int64_t batch,
-                                             int dim = 0);
+std::optional<dnnl::memory::desc> with_batch(const dnnl::memory::desc& md, int64_t batch);
 
 // The kernel of `build(rows)` (a primitive for `rows` of the batch): in chunks of at least 16
 // rows (smaller ones lose speed in bf16), at most 16 of them, when the team has several threads

@@ -56,6 +56,7 @@ struct Program::Impl {
     Layout layout;
     bool external = false;  // a variable's, placeholder's or constant's own storage
     bool unused = false;    // its producer writes the converted copy instead (fold_conversions)
+    int alias = -1;         // a Reshape's output: the buffer whose bytes it is (plan_memory)
     Block block;            // in the arena, when not external
     Tensor view;
   };
@@ -378,9 +379,10 @@ struct Program::Impl {
       buffers[static_cast<size_t>(b)].block.last = end;
     }
     TOWER_CHECK(static_cast<int>(steps.size()) == end);
+    alias_reshapes();
     std::vector<Block*> blocks;
     for (Buffer& b : buffers) {
-      if (b.external || b.unused) continue;
+      if (b.external || b.unused || b.alias >= 0) continue;
       b.block.bytes = align_up(std::max<size_t>(b.layout.bytes(b.value.spec()), 1));
       blocks.push_back(&b.block);
       stats.unplanned_bytes += b.block.bytes;
@@ -393,8 +395,26 @@ struct Program::Impl {
     auto* base = static_cast<char*>(arena.raw_data());
     for (Buffer& b : buffers)
       if (!b.external && !b.unused)
-        b.view =
-            Tensor::wrap(base + b.block.offset, b.value.shape(), b.value.dtype(), options.device);
+        b.view = Tensor::wrap(
+            base + (b.alias >= 0 ? buffers[static_cast<size_t>(b.alias)] : b).block.offset,
+            b.value.shape(), b.value.dtype(), options.device);
+  }
+
+  // A Reshape of a plain buffer in the arena reads and writes the same bytes: its output is that
+  // buffer (the kernel sees one pointer and copies nothing), which then lives as long as either.
+  // Values are written once, by their producer, so the two never differ.
+  void alias_reshapes() {
+    for (const Step& step : steps) {
+      if (step.reorder || step.node->op != "Reshape") continue;
+      Buffer& out = buffers[static_cast<size_t>(step.outputs[0])];
+      const Buffer& in = buffers[static_cast<size_t>(step.inputs[0])];
+      if (in.external || in.unused || out.unused || !in.layout.is_plain() ||
+          !out.layout.is_plain() || in.value.dtype() != out.value.dtype())
+        continue;
+      out.alias = in.alias >= 0 ? in.alias : step.inputs[0];
+      Block& root = buffers[static_cast<size_t>(out.alias)].block;
+      root.last = std::max(root.last, out.block.last);
+    }
   }
 
   // 4. Every kernel bound to its buffers, once; each fetch marked ready after its producer.

@@ -104,7 +104,7 @@ class ChunkedKernel : public Kernel {
   void add_partials() {
     constexpr int64_t kBlock = 4096;
     for (const SumOutput& sum : sums_) {
-#pragma omp parallel for num_threads(threads_) schedule(static)
+#pragma omp parallel for num_threads(threads_) schedule(static) if (sum.n > kBlock)
       for (int64_t begin = 0; begin < sum.n; begin += kBlock) {
         const int64_t end = std::min(sum.n, begin + kBlock);
         for (const float* in : sum.partials)

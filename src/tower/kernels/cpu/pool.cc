@@ -190,6 +190,7 @@ TOWER_ALWAYS_INLINE void max_pool_grad_plane_body(const float* x, const float* d
     more.resize(static_cast<size_t>(a.ksize[0] * a.ksize[1]));
     o = more.data();
   }
+  const int64_t below = a.strides[0] * p.xs[2];
   for (int64_t oh = 0; oh < p.out_height; ++oh) {
     const int64_t h0 = std::max<int64_t>(oh * a.strides[0] - p.ph.before, 0);
     const int64_t h1 = std::min(oh * a.strides[0] - p.ph.before + a.ksize[0], p.height);
@@ -202,6 +203,9 @@ TOWER_ALWAYS_INLINE void max_pool_grad_plane_body(const float* x, const float* d
       int32_t positions = 0;
       for (int64_t h = h0; h < h1; ++h)
         for (int64_t w = w0; w < w1; ++w) o[positions++] = h * p.xs[2] + w * p.xs[3];
+      // x was written long before (forward): fetch the window one output row down while this
+      // one is computed, or every new row of x costs a wait on memory.
+      for (int32_t k = 0; k < positions; ++k) __builtin_prefetch(x + o[k] + below);
       int64_t l0 = 0;
       if (p.lanes == 8) {
         argmax_lanes<8, kRelu>(x, o, positions, g, dx);

@@ -205,7 +205,8 @@ TOWER_ALWAYS_INLINE void max_pool_grad_plane_body(const float* x, const float* d
         for (int64_t w = w0; w < w1; ++w) o[positions++] = h * p.xs[2] + w * p.xs[3];
       // x was written long before (forward): fetch the window one output row down while this
       // one is computed, or every new row of x costs a wait on memory.
-      for (int32_t k = 0; k < positions; ++k) __builtin_prefetch(x + o[k] + below);
+      if (h1 - 1 + a.strides[0] < p.height)  // rows of this plane only
+        for (int32_t k = 0; k < positions; ++k) __builtin_prefetch(x + o[k] + below);
       int64_t l0 = 0;
       if (p.lanes == 8) {
         argmax_lanes<8, kRelu>(x, o, positions, g, dx);

@@ -131,6 +131,53 @@ TEST(ModelsTest, StepAllocatesNothing) {
   EXPECT_LT(program.stats().arena_bytes, program.stats().unplanned_bytes);
 }
 
+// Contended mode (ProgramOptions::contention) takes the same kernels' tasks in another order, on
+// whichever thread is free, and defers the weight gradients: every fetch must keep its bits, in
+// both precisions, run after run. A model with a kernel that needs the whole team (batch norm) is
+// never run in contended mode.
+TEST(ModelsTest, ContendedModeGivesTheBitsOfTheTeam) {
+  struct Case {
+    std::string model;
+    Shape example;
+    bool contendable;
+  };
+  const bool bf16 = cpu_info().avx512_bf16 || cpu_info().amx;
+  for (const Case& c :
+       {Case{"cifar10", Shape{3, 24, 24}, true}, Case{"lenet", Shape{1, 28, 28}, true},
+        Case{"resnet20", Shape{3, 32, 32}, false}}) {
+    for (Precision precision : {Precision::fp32, Precision::bf16}) {
+      if (precision == Precision::bf16 && !bf16) continue;
+      TrainingGraph t(c.model, c.example, 64, 10, 3);
+      const Problem p = separable(c.example, 64, 4);
+      std::vector<std::vector<float>> results[2];
+      for (int contended = 0; contended < 2; ++contended) {
+        ProgramOptions options{Device{}, 2};
+        options.precision = precision;
+        options.contention =
+            contended ? ProgramOptions::Contention::on : ProgramOptions::Contention::off;
+        Program program(t.graph, t.fetches, t.variables, options, t.updates);
+        program.input(t.images).copy_from(p.images);
+        program.input(t.labels).copy_from(p.labels);
+        int ready = 0;
+        for (int step = 0; step < 3; ++step)
+          program.run(static_cast<uint64_t>(step), [&](int) { ++ready; });
+        EXPECT_EQ(ready, 3 * program.num_fetches()) << c.model;
+        for (int i = 0; i < program.num_fetches(); ++i)
+          results[contended].push_back(program.output(i).to_vector<float>());
+        const ProgramStats& stats = program.stats();
+        if (contended == 1) {
+          EXPECT_EQ(stats.deferrable > 0, c.contendable) << c.model;
+          EXPECT_EQ(stats.contended_runs, c.contendable ? 3 : 0) << c.model;
+        } else {
+          EXPECT_EQ(stats.deferrable, 0) << c.model;
+        }
+      }
+      for (size_t i = 0; i < results[0].size(); ++i)
+        ASSERT_EQ(results[0][i], results[1][i]) << c.model << " fetch " << i;
+    }
+  }
+}
+
 // One step of a training graph compiled with and without layout propagation: the fetches and
 // the layout conversions per step of each.
 struct LayoutRuns {

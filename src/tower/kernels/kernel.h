@@ -89,6 +89,15 @@ class Kernel {
   // conversion into `layout`: true when the kernel will write `layout` itself from now on, so that
   // the conversion is dropped (a bf16 copy written directly, say).
   virtual bool write_output_as(int o, const Layout& layout) { return false; }
+
+  // For Program's contended mode, where the members of the team take work from the kernels as it
+  // becomes ready: the kernel as tasks() independent tasks that any member may run, in any order
+  // and at once (run_task(io, task, member)), and then finish_tasks() on one member. 1 (the
+  // default): run() on one member, whose OpenMP loops then run on it alone. 0: run() needs the
+  // team (a library primitive that splits its work over the team it was built for).
+  virtual int tasks() const { return 1; }
+  virtual void run_task(const KernelIO& io, int task, int member) { run(io); }
+  virtual void finish_tasks(const KernelIO& io) {}
 };
 
 using KernelFactory =
@@ -122,6 +131,12 @@ KernelFactory simple_kernel(SimpleKernelFn fn);
 // kernels, since oneDNN fixes a primitive's thread count when it is created, and while they run.
 void set_kernel_threads(int num_threads);
 int kernel_threads();  // the calling thread's team size
+// The operating system's ids of the threads of the calling thread's team of `threads` (the
+// caller's first), for reading their scheduler statistics.
+std::vector<int> kernel_team_tids(int threads);
+// Runs fn(member) on every member of a team of `threads` (the calling thread is member 0) at once
+// and returns when all are done. The kernels they run meanwhile run on the member alone.
+void run_on_team(int threads, const std::function<void(int member)>& fn);
 
 // set_kernel_threads() for a scope: the thread gets its previous team size back.
 class KernelThreadsScope {

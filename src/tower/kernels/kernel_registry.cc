@@ -1,4 +1,5 @@
 #include <omp.h>
+#include <unistd.h>
 
 #include <map>
 
@@ -72,5 +73,17 @@ KernelFactory simple_kernel(SimpleKernelFn fn) {
 
 void set_kernel_threads(int num_threads) { omp_set_num_threads(num_threads < 1 ? 1 : num_threads); }
 int kernel_threads() { return omp_get_max_threads(); }
+
+std::vector<int> kernel_team_tids(int threads) {
+  std::vector<int> tids(static_cast<size_t>(std::max(threads, 1)), 0);
+#pragma omp parallel num_threads(static_cast <int>(tids.size()))
+  tids[static_cast<size_t>(omp_get_thread_num())] = static_cast<int>(gettid());
+  return tids;
+}
+
+void run_on_team(int threads, const std::function<void(int member)>& fn) {
+#pragma omp parallel num_threads(std::max(threads, 1))
+  fn(omp_get_thread_num());
+}
 
 }  // namespace tower

@@ -1,9 +1,16 @@
 #include "tower/runtime/program.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <map>
+#include <mutex>
 
 #include "tower/core/allocator.h"
 #include "tower/core/trace.h"
@@ -47,6 +54,19 @@ size_t plan_blocks(std::vector<Block*>& blocks) {
   }
   return arena;
 }
+
+// Nanoseconds that thread `tid` of this process has spent runnable but waiting for a core (the
+// second field of its scheduler statistics); -1 where the kernel does not say.
+int64_t run_delay_ns(int tid) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/self/task/%d/schedstat", tid);
+  std::FILE* f = std::fopen(path, "r");
+  if (f == nullptr) return -1;
+  unsigned long long ran = 0, waited = 0;
+  const int n = std::fscanf(f, "%llu %llu", &ran, &waited);
+  std::fclose(f);
+  return n == 2 ? static_cast<int64_t>(waited) : -1;
+}
 }  // namespace
 
 struct Program::Impl {
@@ -68,9 +88,26 @@ struct Program::Impl {
     std::unique_ptr<Kernel> kernel;
     std::vector<int> inputs, outputs;  // buffer indices
     KernelIO io;
-    std::vector<int> ready_fetches;  // fetch indices completed by this step
+    std::vector<int> ready_fetches;     // fetch indices completed by this step
+    bool deferrable = false;            // off the critical path (mark_deferrable)
+    std::vector<int> deferred_readers;  // deferrable steps that read an output (one per input)
+    int deferred_inputs = 0;            // inputs written by deferrable steps
+    int tasks = 1;                      // Kernel::tasks()
   };
-
+  // A contended run's shared state (run_contended): the critical path's position, each step's
+  // tasks taken and done, and the deferrable steps that may run.
+  struct Contended {
+    std::atomic<int> cursor{0};  // the critical step whose tasks are taken now; steps.size(): done
+    std::unique_ptr<std::atomic<int>[]> taken, done;
+    std::atomic<uint32_t> epoch{0};  // bumped (and waited on) when there is new work
+    std::atomic<bool> failed{false};
+    std::mutex mutex;           // guards the rest
+    std::vector<int> waiting;   // per step: deferrable inputs not yet written
+    std::vector<char> reached;  // per step: the critical path has passed it
+    std::deque<int> ready;      // deferrable steps whose tasks may be taken
+    int deferred_left = 0;      // deferrable steps not finished
+    std::exception_ptr error;
+  };
   ProgramOptions options;
   void* stream = nullptr;  // a GPU's in-order queue for this program's kernels
   std::vector<Step> steps;
@@ -90,6 +127,11 @@ struct Program::Impl {
   std::map<int, std::vector<Value>> fused_outputs;
   bool profiling = false;
   std::string placement;
+  std::unique_ptr<Contended> shared;
+  bool contended = false;  // the mode of the next run
+  int streak = 0;          // runs in a row that asked for the other mode
+  int caller_tid = 0;      // the thread whose team team_tids are
+  std::vector<int> team_tids;
 
   ~Impl() {
     if (stream == nullptr) return;
@@ -137,6 +179,158 @@ struct Program::Impl {
     steps.push_back(std::move(step));
     ++stats.reorders;
     return steps.back().outputs[0];
+  }
+
+  // One step on the calling thread, timed when profiling or tracing.
+  void run_step(Step& s) {
+    if (trace::active()) {  // on a GPU, the slices are the launches
+      const auto start = trace::Clock::now();
+      s.kernel->run(s.io);
+      trace::add("kernel", s.reorder ? "Reorder" : s.node->op, start, trace::Clock::now(),
+                 s.node->name);
+    } else if (profiling) {
+      const auto start = std::chrono::steady_clock::now();
+      s.kernel->run(s.io);
+      synchronize();
+      s.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      ++s.runs;
+    } else {
+      s.kernel->run(s.io);
+    }
+  }
+
+  // Contended mode (ProgramOptions::contention): every member of the team takes tasks (chunks of
+  // batch rows, or whole kernels) from the critical step, and when it has none left there, from the
+  // deferrable steps that may run; only with neither does it wait. The fetches are ready at the
+  // end.
+  void run_contended(const std::function<void(int)>& on_fetch_ready) {
+    Contended& c = *shared;
+    c.failed = false;
+    c.deferred_left = stats.deferrable;
+    for (size_t p = 0; p < steps.size(); ++p) {
+      c.taken[p] = 0;
+      c.done[p] = 0;
+      c.waiting[p] = steps[p].deferred_inputs;
+      c.reached[p] = 0;
+    }
+    c.ready.clear();
+    {
+      std::lock_guard<std::mutex> lock(c.mutex);
+      advance(-1);
+    }
+    run_on_team(options.num_threads, [&](int member) { work(member); });
+    if (c.error) {
+      std::exception_ptr error;
+      std::swap(error, c.error);
+      std::rethrow_exception(error);
+    }
+    if (on_fetch_ready)
+      for (const Step& s : steps)
+        for (int f : s.ready_fetches) on_fetch_ready(f);
+  }
+
+  // One member's part of a contended run.
+  void work(int member) {
+    Contended& c = *shared;
+    const int n = static_cast<int>(steps.size());
+    for (;;) {
+      const uint32_t epoch = c.epoch.load(std::memory_order_acquire);
+      if (c.failed.load(std::memory_order_acquire)) return;
+      const int p = c.cursor.load(std::memory_order_acquire);
+      if (p < n && take(p, member)) continue;
+      int d = -1;
+      {
+        std::lock_guard<std::mutex> lock(c.mutex);
+        while (!c.ready.empty() && d < 0) {
+          const int q = c.ready.front();
+          if (c.taken[static_cast<size_t>(q)].load() >= steps[static_cast<size_t>(q)].tasks)
+            c.ready.pop_front();
+          else
+            d = q;
+        }
+        if (d < 0 && p >= n && c.deferred_left == 0) return;
+      }
+      if (d >= 0 && take(d, member)) continue;
+      if (d >= 0) continue;
+      // Nothing to take: a short spin, then sleep until another member makes work.
+      bool changed = false;
+      for (int i = 0; i < 2000 && !changed; ++i) {
+        __builtin_ia32_pause();
+        changed = c.epoch.load(std::memory_order_acquire) != epoch;
+      }
+      if (!changed) c.epoch.wait(epoch, std::memory_order_acquire);
+    }
+  }
+
+  // Runs a task of step p if one is left; the member that finishes the last one finishes the step.
+  bool take(int p, int member) {
+    Contended& c = *shared;
+    Step& s = steps[static_cast<size_t>(p)];
+    const int task = c.taken[static_cast<size_t>(p)].fetch_add(1, std::memory_order_acq_rel);
+    if (task >= s.tasks) return false;
+    try {
+      if (trace::active()) {
+        const auto start = trace::Clock::now();
+        s.kernel->run_task(s.io, task, member);
+        trace::add("kernel", s.reorder ? "Reorder" : s.node->op, start, trace::Clock::now(),
+                   s.node->name);
+      } else {
+        s.kernel->run_task(s.io, task, member);
+      }
+      if (c.done[static_cast<size_t>(p)].fetch_add(1, std::memory_order_acq_rel) + 1 == s.tasks) {
+        s.kernel->finish_tasks(s.io);
+        std::lock_guard<std::mutex> lock(c.mutex);
+        if (s.deferrable) {
+          --c.deferred_left;
+          for (int r : s.deferred_readers)
+            if (--c.waiting[static_cast<size_t>(r)] == 0 && c.reached[static_cast<size_t>(r)])
+              c.ready.push_back(r);
+        } else {
+          advance(p);
+        }
+      } else {
+        return true;
+      }
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(c.mutex);
+      if (!c.error) c.error = std::current_exception();
+      c.failed = true;
+    }
+    c.epoch.fetch_add(1, std::memory_order_acq_rel);
+    c.epoch.notify_all();
+    return true;
+  }
+
+  // With the mutex held, after critical step p (-1: at the start): the deferrable steps up to the
+  // next critical one are reached, and may run once their inputs are written.
+  void advance(int p) {
+    Contended& c = *shared;
+    int q = p + 1;
+    for (; q < static_cast<int>(steps.size()) && steps[static_cast<size_t>(q)].deferrable; ++q) {
+      c.reached[static_cast<size_t>(q)] = 1;
+      if (c.waiting[static_cast<size_t>(q)] == 0) c.ready.push_back(q);
+    }
+    c.cursor.store(q, std::memory_order_release);
+  }
+
+  // The nanoseconds that the calling thread's team has waited for a core so far.
+  int64_t team_waited_ns() {
+    const int self = static_cast<int>(gettid());
+    if (self != caller_tid) {
+      team_tids = kernel_team_tids(options.num_threads);
+      caller_tid = self;
+    }
+    int64_t sum = 0;
+    for (int tid : team_tids) sum += std::max<int64_t>(run_delay_ns(tid), 0);
+    return sum;
+  }
+
+  // Automatic contention: into contended mode after 2 runs in a row whose threads waited for a core
+  // 15% of the run's time or more (summed over the threads), out of it after 3 under 5%.
+  void observe(double waited_fraction) {
+    const bool other = contended ? waited_fraction < 0.05 : waited_fraction >= 0.15;
+    streak = other ? streak + 1 : 0;
+    if (streak >= (contended ? 3 : 2)) contended = !contended, streak = 0;
   }
 
   // 1. The nodes needed for the fetches and targets (ids are topological: inputs come first).
@@ -360,6 +554,48 @@ struct Program::Impl {
       }
   }
 
+  // 2c. The steps that contended mode may defer (ProgramOptions::contention), on a CPU team of 2
+  // or more: those whose outputs are fetched or read, and read only by deferrable steps (the
+  // weight gradients, their conversions and weight decay terms).
+  void mark_deferrable() {
+    if (options.device.kind != DeviceKind::cpu || options.num_threads < 2 ||
+        options.contention == ProgramOptions::Contention::off)
+      return;
+    for (Step& step : steps)
+      if ((step.tasks = step.kernel->tasks()) < 1) return;  // a kernel needs the team
+    std::vector<std::vector<int>> readers(buffers.size());
+    std::vector<int> producer(buffers.size(), -1);
+    std::vector<char> fetched(buffers.size(), 0);
+    for (size_t p = 0; p < steps.size(); ++p) {
+      for (int b : steps[p].inputs) readers[static_cast<size_t>(b)].push_back(static_cast<int>(p));
+      for (int b : steps[p].outputs) producer[static_cast<size_t>(b)] = static_cast<int>(p);
+    }
+    for (const Value& f : fetches)
+      for (int b : versions.at(key(f))) fetched[static_cast<size_t>(b)] = 1;
+    for (size_t p = steps.size(); p-- > 0;) {  // readers come later
+      Step& step = steps[p];
+      step.deferrable = !step.outputs.empty() &&
+                        std::all_of(step.outputs.begin(), step.outputs.end(), [&](int b) {
+                          const auto& r = readers[static_cast<size_t>(b)];
+                          return (fetched[static_cast<size_t>(b)] || !r.empty()) &&
+                                 std::all_of(r.begin(), r.end(), [&](int q) {
+                                   return steps[static_cast<size_t>(q)].deferrable;
+                                 });
+                        });
+    }
+    for (size_t p = 0; p < steps.size(); ++p) {
+      Step& step = steps[p];
+      if (!step.deferrable) continue;
+      ++stats.deferrable;
+      for (int b : step.inputs)
+        if (const int q = producer[static_cast<size_t>(b)];
+            q >= 0 && steps[static_cast<size_t>(q)].deferrable) {
+          steps[static_cast<size_t>(q)].deferred_readers.push_back(static_cast<int>(p));
+          ++step.deferred_inputs;
+        }
+    }
+  }
+
   // 3. Memory plan: one block per buffer and per scratchpad, alive from its producer to its last
   // reader (fetches to the end of the step), placed in one arena.
   void plan_memory() {
@@ -367,11 +603,14 @@ struct Program::Impl {
     scratch_blocks.assign(steps.size(), Block{});
     for (int p = 0; p < end; ++p) {
       const Step& step = steps[static_cast<size_t>(p)];
+      // A deferrable step may run as late as the end, beside any other step.
+      const int last = step.deferrable ? end : p;
       for (int b : step.inputs) {
         Block& block = buffers[static_cast<size_t>(b)].block;
-        block.last = std::max(block.last, p);
+        block.last = std::max(block.last, last);
       }
-      scratch_blocks[static_cast<size_t>(p)] = Block{align_up(step.kernel->scratch_bytes()), p, p};
+      scratch_blocks[static_cast<size_t>(p)] =
+          Block{align_up(step.kernel->scratch_bytes()), p, last};
     }
     for (const Value& f : fetches) {
       int b = buffer_in(f, Layout{});  // exists: sources are plain, add_kernel made the others
@@ -453,6 +692,12 @@ Program::Program(const Graph& graph, std::vector<Value> fetches, VariableStore& 
     options.propagate_layouts = false;
   if (const char* env = std::getenv("TOWER_FUSION"); env != nullptr && std::string(env) == "off")
     options.fuse = false;
+  if (const char* env = std::getenv("TOWER_CONTENTION"); env != nullptr) {
+    const std::string mode = env;
+    if (mode == "on") options.contention = ProgramOptions::Contention::on;
+    if (mode == "off") options.contention = ProgramOptions::Contention::off;
+    if (mode == "auto") options.contention = ProgramOptions::Contention::automatic;
+  }
   if (options.precision == Precision::bf16 && options.device.kind == DeviceKind::cuda) {
     for (const CudaDeviceInfo& gpu : cuda_devices())
       if (gpu.index == options.device.index && gpu.major < 8)
@@ -469,6 +714,7 @@ Program::Program(const Graph& graph, std::vector<Value> fetches, VariableStore& 
           cpu.model_name.empty() ? std::string("unknown") : cpu.model_name);
   }
   m.options = options;
+  m.contended = options.contention == ProgramOptions::Contention::on;
   m.fetches = fetches;
   if (options.device.kind != DeviceKind::cpu)
     m.stream = device_ops(options.device.kind).create_stream(options.device.index);
@@ -477,8 +723,16 @@ Program::Program(const Graph& graph, std::vector<Value> fetches, VariableStore& 
   for (const auto& node : graph.nodes())
     if (needed[static_cast<size_t>(node->id)]) m.add_node(*node, variables);
   m.fold_conversions();
+  m.mark_deferrable();
   m.plan_memory();
   m.bind_kernels();
+  if (m.stats.deferrable > 0) {
+    m.shared = std::make_unique<Impl::Contended>();
+    m.shared->taken = std::make_unique<std::atomic<int>[]>(m.steps.size());
+    m.shared->done = std::make_unique<std::atomic<int>[]>(m.steps.size());
+    m.shared->waiting.resize(m.steps.size());
+    m.shared->reached.resize(m.steps.size());
+  }
 }
 
 Program::~Program() = default;
@@ -506,27 +760,27 @@ void Program::run(uint64_t step, const std::function<void(int)>& on_fetch_ready)
   if (m.stream != nullptr) device_ops(m.options.device.kind).make_current(m.options.device.index);
   if (on_fetch_ready)
     for (int f : m.source_fetches) on_fetch_ready(f);
-  const bool tracing = trace::active();
-  for (Impl::Step& s : m.steps) {
-    s.io.step = step;
-    if (tracing) {  // on a GPU, the slices are the launches
-      const auto start = trace::Clock::now();
-      s.kernel->run(s.io);
-      trace::add("kernel", s.reorder ? "Reorder" : s.node->op, start, trace::Clock::now(),
-                 s.node->name);
-    } else if (m.profiling) {
-      const auto start = std::chrono::steady_clock::now();
-      s.kernel->run(s.io);
-      m.synchronize();
-      s.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      ++s.runs;
-    } else {
-      s.kernel->run(s.io);
+  for (Impl::Step& s : m.steps) s.io.step = step;
+  const bool watch = m.options.contention == ProgramOptions::Contention::automatic &&
+                     m.stats.deferrable > 0 && !m.profiling;
+  const int64_t waited = watch ? m.team_waited_ns() : 0;
+  const auto start = std::chrono::steady_clock::now();
+  if (m.contended && m.stats.deferrable > 0 && !m.profiling) {
+    m.run_contended(on_fetch_ready);
+    ++m.stats.contended_runs;
+  } else {
+    for (Impl::Step& s : m.steps) {
+      m.run_step(s);
+      if (on_fetch_ready)
+        for (int f : s.ready_fetches) on_fetch_ready(f);
     }
-    if (on_fetch_ready)
-      for (int f : s.ready_fetches) on_fetch_ready(f);
   }
   m.synchronize();
+  if (watch) {
+    const double wall =
+        std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count();
+    m.observe(static_cast<double>(m.team_waited_ns() - waited) / wall);
+  }
 }
 
 void Program::synchronize() const { impl_->synchronize(); }

@@ -32,6 +32,16 @@ struct ProgramOptions {
   bool fuse = true;
   bool deterministic = true;              // KernelContext::deterministic
   Precision precision = Precision::fp32;  // KernelContext::precision
+  // Contended mode, for a team of 2 or more threads on CPU. A weight gradient (a kernel whose
+  // outputs only the fetches read) is off the critical path: when other processes take the team's
+  // cores, the calling thread runs every other kernel alone, one thread each, while a helper thread
+  // runs the weight gradients as they become ready (and the calling thread takes those left at the
+  // end). A team thread that waits for a core then no longer stalls every kernel it has a share of.
+  // automatic: on while the team's threads waited for a core (their scheduler statistics) for 15%
+  // or more of the last two steps, off after three quiet steps. The environment variable
+  // TOWER_CONTENTION=on|off|auto overrides. The bits are the same in either mode.
+  enum class Contention { automatic, off, on };
+  Contention contention = Contention::automatic;
 };
 
 // One scheduled kernel's time while profiling (Program::set_profiling), summed over runs.
@@ -48,6 +58,8 @@ struct ProgramStats {
   int folded_conversions = 0;  // conversions written directly by the producer (fuse too)
   size_t arena_bytes = 0;      // planned (with reuse)
   size_t unplanned_bytes = 0;  // what one buffer per value would take
+  int deferrable = 0;          // kernels a helper thread may run in contended mode
+  int64_t contended_runs = 0;  // runs made in contended mode
 };
 
 class Program {

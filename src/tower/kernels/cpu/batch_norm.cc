@@ -61,6 +61,7 @@ class FusedBatchNormKernel : public Kernel {
     add_scratchpad(args_, bn_pd_.scratchpad_desc(), io.scratch);
   }
 
+  int tasks() const override { return 0; }  // oneDNN splits the statistics over the team
   void run(const KernelIO& io) override {
     execute(node_, bn_prim_, args_);
     if (inference_) {  // the statistics used, for FusedBatchNormGrad
@@ -116,6 +117,7 @@ class FusedBatchNormGradKernel : public Kernel {
     add_scratchpad(args_, bn_pd_.scratchpad_desc(), io.scratch);
   }
 
+  int tasks() const override { return 0; }
   void run(const KernelIO&) override { execute(node_, bn_prim_, args_); }
 
  private:

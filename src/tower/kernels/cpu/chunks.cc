@@ -23,7 +23,8 @@ class ChunkedKernel : public Kernel {
         scratchpad_md_(built.scratchpad_md),
         args_(std::move(built.args)),
         chunks_(chunks),
-        threads_(chunks > 1 ? threads : 1) {
+        threads_(chunks > 1 ? threads : 1),
+        team_(threads) {
     for (const Value& in : node.inputs) has_empty_input_ |= in.shape().numel() == 0;
   }
 
@@ -69,6 +70,19 @@ class ChunkedKernel : public Kernel {
       for (int th = 0; th < threads_; ++th)
         add_scratchpad(chunk_args_[static_cast<size_t>(c * threads_ + th)], scratchpad_md_,
                        scratch + align64(scratchpad_md_.get_size()) * static_cast<size_t>(th));
+  }
+
+  // A chunk per task; a primitive built for a team needs it.
+  int tasks() const override {
+    if (has_empty_input_) return 1;
+    return chunks_ > 1 ? chunks_ : (team_ > 1 ? 0 : 1);
+  }
+  void run_task(const KernelIO& io, int task, int member) override {
+    if (chunks_ == 1 || has_empty_input_) return run(io);
+    execute(node_, prim_, chunk_args_[static_cast<size_t>(task * threads_ + member)]);
+  }
+  void finish_tasks(const KernelIO& io) override {
+    if (chunks_ > 1 && !has_empty_input_) add_partials();
   }
 
   void run(const KernelIO& io) override {
@@ -133,6 +147,7 @@ class ChunkedKernel : public Kernel {
   memory::desc scratchpad_md_;
   std::vector<Arg> args_;
   int chunks_, threads_;
+  int team_;  // the program's
   bool has_empty_input_ = false;
   std::vector<std::unordered_map<int, memory>> chunk_args_;
   std::vector<SumOutput> sums_;

@@ -263,28 +263,39 @@ class LRNKernel : public Kernel {
   Layout input_layout(int) const override { return blocked_ ? *blocked_ : Layout{}; }
   Layout output_layout(int) const override { return blocked_ ? *blocked_ : Layout{}; }
 
-  void run(const KernelIO& io) override {
+  // Images in kTasks ranges.
+  int tasks() const override { return threads_ > 1 ? kTasks : 1; }
+  void run_task(const KernelIO& io, int task, int member) override {
+    run_images(io, batch_ * task / kTasks, batch_ * (task + 1) / kTasks, member);
+  }
+  void run(const KernelIO& io) override { run_images(io, 0, batch_, -1); }
+
+ private:
+  static constexpr int kTasks = 16;
+
+  // Images [begin, end) on the team, or with `member` >= 0 on the calling thread alone (a task).
+  void run_images(const KernelIO& io, int64_t begin, int64_t end, int member) {
     const float* x = io.inputs[0].data<float>();
     const float* dy = backward_ ? io.inputs[1].data<float>() : nullptr;
     float* out = const_cast<Tensor&>(io.outputs[0]).data<float>();
     float* scratch = static_cast<float*>(io.scratch);
     const int64_t image = channels_ * plane_;
-#pragma omp parallel for num_threads(threads_) schedule(dynamic, 2)
-    for (int64_t n = 0; n < batch_; ++n) {
+#pragma omp parallel for num_threads(threads_) schedule(dynamic, 2) if (member < 0)
+    for (int64_t n = begin; n < end; ++n) {
       const float* g = backward_ ? dy + n * image : nullptr;
       if (blocked_) {
         lrn_blocked_image(x + n * image, g, out + n * image, channels_ / 16, plane_, plane_ * 16,
                           relu_, attrs_);
         continue;
       }
-      float* sq = scratch + per_thread_ * static_cast<size_t>(omp_get_thread_num());
+      const int slot = member < 0 ? omp_get_thread_num() : member;
+      float* sq = scratch + per_thread_ * static_cast<size_t>(slot);
       float* d = sq + aligned_floats(static_cast<size_t>(image));
       float* t = backward_ ? d + aligned_floats(static_cast<size_t>(image)) : nullptr;
       lrn_image(x + n * image, g, out + n * image, sq, d, t, channels_, plane_, relu_, attrs_);
     }
   }
 
- private:
   ops::LRNAttrs attrs_;
   bool backward_, relu_;
   int64_t batch_ = 0, channels_ = 0, plane_ = 0;

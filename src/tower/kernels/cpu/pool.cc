@@ -265,7 +265,23 @@ class MaxPoolGradKernel : public Kernel {
     return bf16_layout_ ? plane_floats() * sizeof(float) * static_cast<size_t>(threads_) : 0;
   }
 
-  void run(const KernelIO& io) override {
+  // Planes (an image's block of channels) in kTasks ranges.
+  int tasks() const override { return threads_ > 1 ? kTasks : 1; }
+  void run_task(const KernelIO& io, int task, int member) override {
+    const int64_t planes = num_planes();
+    run_planes(io, planes * task / kTasks, planes * (task + 1) / kTasks, member);
+  }
+  void run(const KernelIO& io) override { run_planes(io, 0, num_planes(), -1); }
+
+ private:
+  static constexpr int kTasks = 16;
+  int64_t num_planes() const {
+    const Shape& x = node_.inputs[0].shape();
+    return x[0] * ((x[1] + x_blocks_.block - 1) / x_blocks_.block);
+  }
+
+  // Planes [begin, end) on the team, or with `member` >= 0 on the calling thread alone (a task).
+  void run_planes(const KernelIO& io, int64_t begin, int64_t end, int member) {
     const Shape& x = io.inputs[0].shape();
     const Shape& dy = io.inputs[1].shape();
     const ops::PoolAttrs& a = node_.attr<ops::PoolAttrs>();
@@ -288,8 +304,8 @@ class MaxPoolGradKernel : public Kernel {
     auto* scratch = static_cast<float*>(io.scratch);
     const int64_t* xs = x_blocks_.strides;
     const int64_t* ds = dy_blocks_.strides;
-#pragma omp parallel for num_threads(threads_) schedule(dynamic, 4) firstprivate(p)
-    for (int64_t plane = 0; plane < x[0] * blocks; ++plane) {
+#pragma omp parallel for num_threads(threads_) schedule(dynamic, 4) firstprivate(p) if (member < 0)
+    for (int64_t plane = begin; plane < end; ++plane) {
       const int64_t n = plane / blocks, cb = plane % blocks;
       p.lanes = std::min(block, channels - cb * block);
       const int64_t x_at = n * xs[0] + cb * xs[1], dy_at = n * ds[0] + cb * ds[1];
@@ -297,13 +313,13 @@ class MaxPoolGradKernel : public Kernel {
         max_pool_grad_plane(xd + x_at, dyd + dy_at, static_cast<float*>(dx) + x_at, p, kRelu);
         continue;
       }
-      float* sums = scratch + plane_floats() * static_cast<size_t>(omp_get_thread_num());
+      const int slot = member < 0 ? omp_get_thread_num() : member;
+      float* sums = scratch + plane_floats() * static_cast<size_t>(slot);
       max_pool_grad_plane(xd + x_at, dyd + dy_at, sums, p, kRelu);
       convert_to_bf16(sums, static_cast<uint16_t*>(dx) + x_at, x[2] * x[3] * block);
     }
   }
 
- private:
   // One plane of dx: H x W x the block's lanes, contiguous in every layout here.
   size_t plane_floats() const {
     const Shape& x = node_.inputs[0].shape();

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 
@@ -158,7 +159,7 @@ TEST(ModelsTest, ContendedModeGivesTheBitsOfTheTeam) {
         Program program(t.graph, t.fetches, t.variables, options, t.updates);
         program.input(t.images).copy_from(p.images);
         program.input(t.labels).copy_from(p.labels);
-        int ready = 0;
+        std::atomic<int> ready{0};
         for (int step = 0; step < 3; ++step)
           program.run(static_cast<uint64_t>(step), [&](int) { ++ready; });
         EXPECT_EQ(ready, 3 * program.num_fetches()) << c.model;

@@ -107,6 +107,7 @@ struct Program::Impl {
     std::deque<int> ready;      // deferrable steps whose tasks may be taken
     int deferred_left = 0;      // deferrable steps not finished
     std::exception_ptr error;
+    const std::function<void(int)>* on_fetch_ready = nullptr;
   };
   ProgramOptions options;
   void* stream = nullptr;  // a GPU's in-order queue for this program's kernels
@@ -201,10 +202,11 @@ struct Program::Impl {
 
   // Contended mode (ProgramOptions::contention): every member of the team takes tasks (chunks of
   // batch rows, or whole kernels) from the critical step, and when it has none left there, from the
-  // deferrable steps that may run; only with neither does it wait. The fetches are ready at the
-  // end.
+  // deferrable steps that may run; only with neither does it wait. A step's fetches are reported
+  // ready by the member that finished it.
   void run_contended(const std::function<void(int)>& on_fetch_ready) {
     Contended& c = *shared;
+    c.on_fetch_ready = &on_fetch_ready;
     c.failed = false;
     c.deferred_left = stats.deferrable;
     for (size_t p = 0; p < steps.size(); ++p) {
@@ -224,9 +226,6 @@ struct Program::Impl {
       std::swap(error, c.error);
       std::rethrow_exception(error);
     }
-    if (on_fetch_ready)
-      for (const Step& s : steps)
-        for (int f : s.ready_fetches) on_fetch_ready(f);
   }
 
   // One member's part of a contended run.
@@ -262,7 +261,8 @@ struct Program::Impl {
     }
   }
 
-  // Runs a task of step p if one is left; the member that finishes the last one finishes the step.
+  // Runs a task of step p if one is left. The member that finishes the last one finishes the step,
+  // wakes the others to the work it made ready, then reports the step's fetches ready.
   bool take(int p, int member) {
     Contended& c = *shared;
     Step& s = steps[static_cast<size_t>(p)];
@@ -277,8 +277,10 @@ struct Program::Impl {
       } else {
         s.kernel->run_task(s.io, task, member);
       }
-      if (c.done[static_cast<size_t>(p)].fetch_add(1, std::memory_order_acq_rel) + 1 == s.tasks) {
-        s.kernel->finish_tasks(s.io);
+      if (c.done[static_cast<size_t>(p)].fetch_add(1, std::memory_order_acq_rel) + 1 < s.tasks)
+        return true;
+      s.kernel->finish_tasks(s.io);
+      {
         std::lock_guard<std::mutex> lock(c.mutex);
         if (s.deferrable) {
           --c.deferred_left;
@@ -288,17 +290,24 @@ struct Program::Impl {
         } else {
           advance(p);
         }
-      } else {
-        return true;
       }
+      wake_all();
+      if (*c.on_fetch_ready)
+        for (int f : s.ready_fetches) (*c.on_fetch_ready)(f);
     } catch (...) {
-      std::lock_guard<std::mutex> lock(c.mutex);
-      if (!c.error) c.error = std::current_exception();
-      c.failed = true;
+      {
+        std::lock_guard<std::mutex> lock(c.mutex);
+        if (!c.error) c.error = std::current_exception();
+        c.failed = true;
+      }
+      wake_all();
     }
-    c.epoch.fetch_add(1, std::memory_order_acq_rel);
-    c.epoch.notify_all();
     return true;
+  }
+
+  void wake_all() {
+    shared->epoch.fetch_add(1, std::memory_order_acq_rel);
+    shared->epoch.notify_all();
   }
 
   // With the mutex held, after critical step p (-1: at the start): the deferrable steps up to the

@@ -32,14 +32,16 @@ struct ProgramOptions {
   bool fuse = true;
   bool deterministic = true;              // KernelContext::deterministic
   Precision precision = Precision::fp32;  // KernelContext::precision
-  // Contended mode, for a team of 2 or more threads on CPU. A weight gradient (a kernel whose
-  // outputs only the fetches read) is off the critical path: when other processes take the team's
-  // cores, the calling thread runs every other kernel alone, one thread each, while a helper thread
-  // runs the weight gradients as they become ready (and the calling thread takes those left at the
-  // end). A team thread that waits for a core then no longer stalls every kernel it has a share of.
-  // automatic: on while the team's threads waited for a core (their scheduler statistics) for 15%
-  // or more of the last two steps, off after three quiet steps. The environment variable
-  // TOWER_CONTENTION=on|off|auto overrides. The bits are the same in either mode.
+  // Contended mode, for a team of 2 or more threads on CPU. In team mode each kernel splits its
+  // work over the team and the team waits at the kernel's end: when another process takes a core,
+  // the thread that waits for it holds up every kernel. In contended mode the team's threads take
+  // tasks (Kernel::tasks: chunks of batch rows, or whole kernels) from the kernel on the critical
+  // path, and when none is left there, from the weight gradients, which nothing in the step reads
+  // (deferred: the memory plan keeps their inputs to the end of the step); a thread waits only
+  // when there is neither. automatic: contended while the team's threads waited for a core (their
+  // scheduler statistics) for 15% of the step's time or more in each of the last two steps, back
+  // to team mode after three steps under 5%. The environment variable TOWER_CONTENTION=on|off|auto
+  // overrides. Both modes give the same bits.
   enum class Contention { automatic, off, on };
   Contention contention = Contention::automatic;
 };
@@ -79,11 +81,12 @@ class Program {
   const Tensor& output(int fetch) const;
   int num_fetches() const;
 
-  // Runs the schedule on the calling thread. `on_fetch_ready(i)` is called as soon as the kernel
-  // that computes fetches[i] has run (gradient reducers start reducing while the backward pass
-  // goes on). On a GPU the kernels are queued on the program's own stream(): the value is there
-  // for work queued behind it, and for the host after synchronize(). run() returns when the
-  // stream is done.
+  // Runs the schedule on the calling thread (and its team). `on_fetch_ready(i)` is called as soon
+  // as the kernel that computes fetches[i] has run (gradient reducers start reducing while the
+  // backward pass goes on); in contended mode by the team thread that finished that kernel, so two
+  // calls may come at once. On a GPU the kernels are queued on the program's own stream(): the
+  // value is there for work queued behind it, and for the host after synchronize(). run() returns
+  // when the stream is done.
   void run(uint64_t step = 0, const std::function<void(int fetch)>& on_fetch_ready = {});
   // Waits for the kernels queued so far (a no-op on CPU, where kernels return when done).
   void synchronize() const;

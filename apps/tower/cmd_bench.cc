@@ -1,5 +1,6 @@
 // `tower bench`: training or inference throughput of a model on synthetic data, as one JSON line:
-// images_per_sec (median of timed windows after warm-up), ms_per_step, gflops, peak_rss_mb.
+// images_per_sec (median of timed windows after warm-up), ms_per_step, gflops, peak_rss_mb, and
+// contended_runs (tower 0's steps run in contended mode, warm-up included: ProgramOptions).
 // Under mpirun (train mode) the batch is split over the ranks and rank 0 prints the line, with
 // the time spent in cross-rank communication.
 #include <fmt/format.h>
@@ -209,7 +210,8 @@ void run_bench(const Flags& flags) {
              {"reduce_ms", mean.reduce_seconds * 1e3},
              {"comm_ms", mean.comm_seconds * 1e3},
              {"reduce_wait_ms", mean.finish_wait_seconds * 1e3},
-             {"reduce_wait_share", mean.finish_wait_seconds / seconds}};
+             {"reduce_wait_share", mean.finish_wait_seconds / seconds},
+             {"contended_runs", dp.program(0).stats().contended_runs}};
   } else {
     Graph graph;
     Scope scope(graph);
@@ -227,6 +229,7 @@ void run_bench(const Flags& flags) {
     seconds = median_seconds_per_step(flags, [&] { program.run(); });
     if (flags.profile) print_profile(flags, program, [&] { program.run(); });
     flops = graph_flops(graph);
+    extra = {{"contended_runs", program.stats().contended_runs}};
   }
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);

@@ -1,7 +1,9 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <map>
+#include <mutex>
 
 #include "tower/kernels/kernel.h"
 
@@ -81,9 +83,33 @@ std::vector<int> kernel_team_tids(int threads) {
   return tids;
 }
 
+#if !defined(__SANITIZE_THREAD__)
 void run_on_team(int threads, const std::function<void(int member)>& fn) {
 #pragma omp parallel num_threads(std::max(threads, 1))
   fn(omp_get_thread_num());
 }
+#else
+// libgomp is not built with ThreadSanitizer, which therefore sees neither that a parallel region's
+// start orders its members after the caller's earlier writes (the function reaches them through
+// the caller's stack) nor that its end orders the caller after them. Under ThreadSanitizer the
+// function goes through an atomic instead (one team at a time) and the end is declared.
+extern "C" void __tsan_acquire(void* addr);
+extern "C" void __tsan_release(void* addr);
+namespace {
+std::mutex team_mutex;
+std::atomic<const std::function<void(int)>*> team_fn{nullptr};
+}  // namespace
+
+void run_on_team(int threads, const std::function<void(int member)>& fn) {
+  std::lock_guard<std::mutex> lock(team_mutex);
+  team_fn.store(&fn, std::memory_order_release);
+#pragma omp parallel num_threads(std::max(threads, 1))
+  {
+    (*team_fn.load(std::memory_order_acquire))(omp_get_thread_num());
+    __tsan_release(&team_fn);
+  }
+  __tsan_acquire(&team_fn);
+}
+#endif
 
 }  // namespace tower

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
@@ -182,13 +181,20 @@ struct Program::Impl {
     return steps.back().outputs[0];
   }
 
+  // run() (or a task of step s), a slice of the trace when tracing.
+  template <typename Run>
+  static void traced(const Step& s, Run&& run) {
+    if (!trace::active()) return run();
+    const auto start = trace::Clock::now();
+    run();
+    trace::add("kernel", s.reorder ? "Reorder" : s.node->op, start, trace::Clock::now(),
+               s.node->name);
+  }
+
   // One step on the calling thread, timed when profiling or tracing.
   void run_step(Step& s) {
     if (trace::active()) {  // on a GPU, the slices are the launches
-      const auto start = trace::Clock::now();
-      s.kernel->run(s.io);
-      trace::add("kernel", s.reorder ? "Reorder" : s.node->op, start, trace::Clock::now(),
-                 s.node->name);
+      traced(s, [&] { s.kernel->run(s.io); });
     } else if (profiling) {
       const auto start = std::chrono::steady_clock::now();
       s.kernel->run(s.io);
@@ -232,6 +238,7 @@ struct Program::Impl {
   void work(int member) {
     Contended& c = *shared;
     const int n = static_cast<int>(steps.size());
+    if (member > 0 && trace::active()) trace::name_thread(fmt::format("team member {}", member));
     for (;;) {
       const uint32_t epoch = c.epoch.load(std::memory_order_acquire);
       if (c.failed.load(std::memory_order_acquire)) return;
@@ -249,8 +256,10 @@ struct Program::Impl {
         }
         if (d < 0 && p >= n && c.deferred_left == 0) return;
       }
-      if (d >= 0 && take(d, member)) continue;
-      if (d >= 0) continue;
+      if (d >= 0) {
+        take(d, member);
+        continue;
+      }
       // Nothing to take: a short spin, then sleep until another member makes work.
       bool changed = false;
       for (int i = 0; i < 2000 && !changed; ++i) {
@@ -269,14 +278,7 @@ struct Program::Impl {
     const int task = c.taken[static_cast<size_t>(p)].fetch_add(1, std::memory_order_acq_rel);
     if (task >= s.tasks) return false;
     try {
-      if (trace::active()) {
-        const auto start = trace::Clock::now();
-        s.kernel->run_task(s.io, task, member);
-        trace::add("kernel", s.reorder ? "Reorder" : s.node->op, start, trace::Clock::now(),
-                   s.node->name);
-      } else {
-        s.kernel->run_task(s.io, task, member);
-      }
+      traced(s, [&] { s.kernel->run_task(s.io, task, member); });
       if (c.done[static_cast<size_t>(p)].fetch_add(1, std::memory_order_acq_rel) + 1 < s.tasks)
         return true;
       s.kernel->finish_tasks(s.io);

@@ -263,10 +263,10 @@ class LRNKernel : public Kernel {
   Layout input_layout(int) const override { return blocked_ ? *blocked_ : Layout{}; }
   Layout output_layout(int) const override { return blocked_ ? *blocked_ : Layout{}; }
 
-  // Images in kTasks ranges.
+  // Images in kTasks ranges (one on a one-thread team).
   int tasks() const override { return threads_ > 1 ? kTasks : 1; }
   void run_task(const KernelIO& io, int task, int member) override {
-    run_images(io, batch_ * task / kTasks, batch_ * (task + 1) / kTasks, member);
+    run_images(io, batch_ * task / tasks(), batch_ * (task + 1) / tasks(), member);
   }
   void run(const KernelIO& io) override { run_images(io, 0, batch_, -1); }
 

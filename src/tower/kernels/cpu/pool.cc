@@ -265,11 +265,11 @@ class MaxPoolGradKernel : public Kernel {
     return bf16_layout_ ? plane_floats() * sizeof(float) * static_cast<size_t>(threads_) : 0;
   }
 
-  // Planes (an image's block of channels) in kTasks ranges.
+  // Planes (an image's block of channels) in kTasks ranges (one on a one-thread team).
   int tasks() const override { return threads_ > 1 ? kTasks : 1; }
   void run_task(const KernelIO& io, int task, int member) override {
     const int64_t planes = num_planes();
-    run_planes(io, planes * task / kTasks, planes * (task + 1) / kTasks, member);
+    run_planes(io, planes * task / tasks(), planes * (task + 1) / tasks(), member);
   }
   void run(const KernelIO& io) override { run_planes(io, 0, num_planes(), -1); }
 

@@ -1,0 +1,73 @@
+// Kernel::tasks (Program's contended mode): running every task, in any order, then finish_tasks()
+// computes what run() computes, on a team of one thread and of two.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "testing/gradient_check.h"
+#include "testing/kernel_runner.h"
+#include "tower/ops/conv.h"
+#include "tower/ops/lrn.h"
+#include "tower/ops/pool.h"
+
+namespace tower {
+namespace {
+
+// The node's kernel for a team of `threads`, run whole and then as its tasks (last first): the
+// outputs' bytes must agree.
+void expect_tasks_cover_the_kernel(const Node& node, int threads) {
+  const KernelFactory* factory = find_kernel(node.op, DeviceKind::cpu);
+  ASSERT_NE(factory, nullptr) << node.op;
+  KernelThreadsScope scope(threads);
+  std::unique_ptr<Kernel> kernel = (*factory)(node, KernelContext{Device{}, threads});
+  testing::Buffers buffers;
+  KernelIO io;
+  for (size_t i = 0; i < node.inputs.size(); ++i) {
+    Tensor plain = buffers.make(node.inputs[i].spec(), Layout{}, Device{});
+    plain.copy_from(testing::random_tensor(node.inputs[i].shape(), 11 + i, -1.0f, 1.0f));
+    io.inputs.push_back(testing::reorder(node.inputs[i], std::move(plain), Layout{},
+                                         kernel->input_layout(static_cast<int>(i)), Device{},
+                                         buffers));
+  }
+  for (size_t o = 0; o < node.outputs.size(); ++o)
+    io.outputs.push_back(
+        buffers.make(node.outputs[o], kernel->output_layout(static_cast<int>(o)), Device{}));
+  Tensor scratch(Shape{static_cast<int64_t>(kernel->scratch_bytes())}, DType::u8);
+  io.scratch = scratch.raw_data();
+  kernel->bind(io);
+  kernel->run(io);
+  std::vector<std::vector<char>> whole;
+  for (Tensor& out : io.outputs) {
+    whole.emplace_back(static_cast<const char*>(out.raw_data()),
+                       static_cast<const char*>(out.raw_data()) + out.nbytes());
+    std::memset(out.raw_data(), 0, out.nbytes());
+  }
+  const int tasks = kernel->tasks();
+  ASSERT_GE(tasks, 1) << node.op;
+  EXPECT_EQ(tasks > 1, threads > 1) << node.op << ": split on a team of " << threads;
+  for (int task = tasks - 1; task >= 0; --task) kernel->run_task(io, task, task % threads);
+  kernel->finish_tasks(io);
+  for (size_t o = 0; o < io.outputs.size(); ++o)
+    EXPECT_EQ(std::memcmp(whole[o].data(), io.outputs[o].raw_data(), whole[o].size()), 0)
+        << node.op << " output " << o << " with " << threads << " threads";
+}
+
+TEST(KernelTasksTest, EveryTaskOnceGivesTheKernelsBits) {
+  Graph g;
+  Scope s(g);
+  Value x = s.placeholder("x", Shape{32, 16, 12, 12});
+  Value dy = s.placeholder("dy", Shape{32, 16, 6, 6});
+  Value dz = s.placeholder("dz", Shape{32, 16, 12, 12});
+  ops::PoolAttrs pool;
+  pool.ksize = {3, 3};
+  pool.strides = {2, 2};
+  pool.padding = ops::Padding::same;
+  const std::vector<Value> nodes = {
+      ops::lrn(s, x), ops::lrn_grad(s, x, x, {}), ops::max_pool_grad(s, x, dy, pool),
+      ops::conv2d_backprop_filter(s, x, dz, Shape{16, 16, 3, 3}, ops::Conv2DAttrs{})};
+  for (const Value& v : nodes)
+    for (int threads : {1, 2}) expect_tasks_cover_the_kernel(*v.node, threads);
+}
+
+}  // namespace
+}  // namespace tower

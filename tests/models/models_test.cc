@@ -136,6 +136,25 @@ TEST(ModelsTest, StepAllocatesNothing) {
 // whichever thread is free, and defers the weight gradients: every fetch must keep its bits, in
 // both precisions, run after run, and every fetch is reported ready once per run. A model with a
 // kernel that needs the whole team (batch norm) is never run in contended mode.
+// `steps` runs of a program of t on p's batch: its fetches after the last, and its stats. Every
+// fetch must be reported ready once per run (in contended mode, from either thread).
+std::vector<std::vector<float>> run_steps(TrainingGraph& t, const Problem& p,
+                                          const ProgramOptions& options, int steps,
+                                          ProgramStats& stats) {
+  Program program(t.graph, t.fetches, t.variables, options, t.updates);
+  program.input(t.images).copy_from(p.images);
+  program.input(t.labels).copy_from(p.labels);
+  std::atomic<int> ready{0};
+  for (int step = 0; step < steps; ++step)
+    program.run(static_cast<uint64_t>(step), [&](int) { ++ready; });
+  EXPECT_EQ(ready, steps * program.num_fetches());
+  std::vector<std::vector<float>> results;
+  for (int i = 0; i < program.num_fetches(); ++i)
+    results.push_back(program.output(i).to_vector<float>());
+  stats = program.stats();
+  return results;
+}
+
 void expect_contended_mode_keeps_the_bits(const std::string& model, const Shape& example,
                                           bool contendable) {
   const bool bf16 = cpu_info().avx512_bf16 || cpu_info().amx;
@@ -149,16 +168,8 @@ void expect_contended_mode_keeps_the_bits(const std::string& model, const Shape&
       options.precision = precision;
       options.contention =
           contended ? ProgramOptions::Contention::on : ProgramOptions::Contention::off;
-      Program program(t.graph, t.fetches, t.variables, options, t.updates);
-      program.input(t.images).copy_from(p.images);
-      program.input(t.labels).copy_from(p.labels);
-      std::atomic<int> ready{0};
-      for (int step = 0; step < 3; ++step)
-        program.run(static_cast<uint64_t>(step), [&](int) { ++ready; });
-      EXPECT_EQ(ready, 3 * program.num_fetches()) << model;
-      for (int i = 0; i < program.num_fetches(); ++i)
-        results[contended].push_back(program.output(i).to_vector<float>());
-      const ProgramStats& stats = program.stats();
+      ProgramStats stats;
+      results[contended] = run_steps(t, p, options, 3, stats);
       EXPECT_EQ(stats.deferrable > 0, contendable && contended == 1) << model;
       EXPECT_EQ(stats.contended_runs, contendable && contended == 1 ? 3 : 0) << model;
     }
@@ -185,16 +196,9 @@ TEST(ModelsTest, ContendedModeRepeatsItsBits) {
   for (int run = 0; run < 2; ++run) {
     ProgramOptions options{Device{}, 2};
     options.contention = ProgramOptions::Contention::on;
-    Program program(t.graph, t.fetches, t.variables, options, t.updates);
-    program.input(t.images).copy_from(p.images);
-    program.input(t.labels).copy_from(p.labels);
-    std::atomic<int> ready{0};
-    for (int step = 0; step < 2; ++step)
-      program.run(static_cast<uint64_t>(step), [&](int) { ++ready; });
-    EXPECT_EQ(ready, 2 * program.num_fetches());
-    EXPECT_EQ(program.stats().contended_runs, 2);
-    for (int i = 0; i < program.num_fetches(); ++i)
-      results[run].push_back(program.output(i).to_vector<float>());
+    ProgramStats stats;
+    results[run] = run_steps(t, p, options, 2, stats);
+    EXPECT_EQ(stats.contended_runs, 2);
   }
   EXPECT_EQ(results[0], results[1]);
   EXPECT_GT(results[0][0][0], 0.0f) << "the loss";

@@ -1,0 +1,33 @@
+// `tower bench` in contended mode: TOWER_CONTENTION=on|off picks the mode of a 2-thread team, and
+// the JSON line says how many steps ran in it (ProgramOptions::contention).
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "testing/subprocess.h"
+
+namespace tower {
+namespace {
+using testing::run_command;
+using testing::tower_binary;
+
+nlohmann::json bench(const std::string& contention, const std::string& mode) {
+  const auto r = run_command("TOWER_CONTENTION=" + contention + " " + tower_binary() +
+                             " bench --model lenet --mode " + mode +
+                             " --threads 2 --batch_size 64 --steps 2 --windows 1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  return nlohmann::json::parse(r.output.substr(r.output.rfind("{\"")));
+}
+
+TEST(BenchCliTest, ContentionVariableTurnsContendedModeOnAndOff) {
+  for (const std::string mode : {"train", "infer"}) {
+    const nlohmann::json on = bench("on", mode), off = bench("off", mode);
+    EXPECT_GE(on.at("contended_runs").get<int>(), 3) << mode << ": warm-up and the timed steps";
+    EXPECT_EQ(off.at("contended_runs").get<int>(), 0) << mode;
+    EXPECT_GT(on.at("images_per_sec").get<double>(), 0) << mode;
+    EXPECT_GT(off.at("images_per_sec").get<double>(), 0) << mode;
+  }
+}
+
+}  // namespace
+}  // namespace tower

@@ -1,11 +1,11 @@
 #include "tower/runtime/program.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cstdio>
 #include <cstdlib>
 #include <deque>
 #include <map>
@@ -54,18 +54,31 @@ size_t plan_blocks(std::vector<Block*>& blocks) {
   return arena;
 }
 
-// Nanoseconds that thread `tid` of this process has spent runnable but waiting for a core (the
-// second field of its scheduler statistics); -1 where the kernel does not say.
-int64_t run_delay_ns(int tid) {
-  char path[64];
-  std::snprintf(path, sizeof path, "/proc/self/task/%d/schedstat", tid);
-  std::FILE* f = std::fopen(path, "r");
-  if (f == nullptr) return -1;
-  unsigned long long ran = 0, waited = 0;
-  const int n = std::fscanf(f, "%llu %llu", &ran, &waited);
-  std::fclose(f);
-  return n == 2 ? static_cast<int64_t>(waited) : -1;
-}
+// The scheduler statistics of thread `tid` of this process, kept open: the nanoseconds it has
+// spent runnable but waiting for a core (their second field), 0 where the kernel does not say.
+class RunDelay {
+ public:
+  explicit RunDelay(int tid)
+      : fd_(::open(fmt::format("/proc/self/task/{}/schedstat", tid).c_str(), O_RDONLY)) {}
+  ~RunDelay() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  RunDelay(const RunDelay&) = delete;
+  RunDelay& operator=(const RunDelay&) = delete;
+
+  int64_t nanoseconds() const {
+    char text[128];
+    const ssize_t n = fd_ < 0 ? -1 : ::pread(fd_, text, sizeof text - 1, 0);
+    if (n <= 0) return 0;
+    text[n] = 0;
+    char* end = nullptr;
+    std::strtoull(text, &end, 10);  // time on a core
+    return static_cast<int64_t>(std::strtoull(end, nullptr, 10));
+  }
+
+ private:
+  int fd_;
+};
 }  // namespace
 
 struct Program::Impl {
@@ -130,8 +143,8 @@ struct Program::Impl {
   std::unique_ptr<Contended> shared;
   bool contended = false;  // the mode of the next run
   int streak = 0;          // runs in a row that asked for the other mode
-  int caller_tid = 0;      // the thread whose team team_tids are
-  std::vector<int> team_tids;
+  int caller_tid = 0;      // the thread whose team team_delays are
+  std::vector<std::unique_ptr<RunDelay>> team_delays;
 
   ~Impl() {
     if (stream == nullptr) return;
@@ -328,11 +341,13 @@ struct Program::Impl {
   int64_t team_waited_ns() {
     const int self = static_cast<int>(gettid());
     if (self != caller_tid) {
-      team_tids = kernel_team_tids(options.num_threads);
+      team_delays.clear();
+      for (int tid : kernel_team_tids(options.num_threads))
+        team_delays.push_back(std::make_unique<RunDelay>(tid));
       caller_tid = self;
     }
     int64_t sum = 0;
-    for (int tid : team_tids) sum += std::max<int64_t>(run_delay_ns(tid), 0);
+    for (const auto& delay : team_delays) sum += delay->nanoseconds();
     return sum;
   }
 

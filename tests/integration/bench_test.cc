@@ -1,5 +1,6 @@
 // `tower bench` in contended mode: TOWER_CONTENTION=on|off picks the mode of a 2-thread team, and
-// the JSON line says how many steps ran in it (ProgramOptions::contention).
+// the JSON line says how many steps ran in it (ProgramOptions::contention); another value is an
+// error that names it.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -27,6 +28,14 @@ TEST(BenchCliTest, ContentionVariableTurnsContendedModeOnAndOff) {
     EXPECT_GT(on.at("images_per_sec").get<double>(), 0) << mode;
     EXPECT_GT(off.at("images_per_sec").get<double>(), 0) << mode;
   }
+}
+
+TEST(BenchCliTest, UnknownContentionValueIsOneClearError) {
+  const auto r = run_command("TOWER_CONTENTION=yes " + tower_binary() +
+                             " bench --model lenet --threads 2 --steps 1 --windows 1");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("TOWER_CONTENTION=yes: expected on, off or auto"), std::string::npos)
+      << r.output;
 }
 
 }  // namespace

@@ -723,6 +723,8 @@ Program::Program(const Graph& graph, std::vector<Value> fetches, VariableStore& 
     if (mode == "on") options.contention = ProgramOptions::Contention::on;
     if (mode == "off") options.contention = ProgramOptions::Contention::off;
     if (mode == "auto") options.contention = ProgramOptions::Contention::automatic;
+    if (mode != "on" && mode != "off" && mode != "auto")
+      fail("TOWER_CONTENTION={}: expected on, off or auto", mode);
   }
   if (options.precision == Precision::bf16 && options.device.kind == DeviceKind::cuda) {
     for (const CudaDeviceInfo& gpu : cuda_devices())
@@ -787,11 +789,11 @@ void Program::run(uint64_t step, const std::function<void(int)>& on_fetch_ready)
   if (on_fetch_ready)
     for (int f : m.source_fetches) on_fetch_ready(f);
   for (Impl::Step& s : m.steps) s.io.step = step;
-  const bool watch = m.options.contention == ProgramOptions::Contention::automatic &&
-                     m.stats.deferrable > 0 && !m.profiling;
+  const bool contendable = m.stats.deferrable > 0 && !m.profiling;
+  const bool watch = contendable && m.options.contention == ProgramOptions::Contention::automatic;
   const int64_t waited = watch ? m.team_waited_ns() : 0;
   const auto start = std::chrono::steady_clock::now();
-  if (m.contended && m.stats.deferrable > 0 && !m.profiling) {
+  if (contendable && m.contended) {
     m.run_contended(on_fetch_ready);
     ++m.stats.contended_runs;
   } else {

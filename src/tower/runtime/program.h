@@ -60,7 +60,7 @@ struct ProgramStats {
   int folded_conversions = 0;  // conversions written directly by the producer (fuse too)
   size_t arena_bytes = 0;      // planned (with reuse)
   size_t unplanned_bytes = 0;  // what one buffer per value would take
-  int deferrable = 0;          // kernels a helper thread may run in contended mode
+  int deferrable = 0;          // kernels off the critical path (0: never contended mode)
   int64_t contended_runs = 0;  // runs made in contended mode
 };
 

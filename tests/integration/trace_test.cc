@@ -2,6 +2,7 @@
 // and Perfetto's trace processor reads it the same way (where it can be had).
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -19,6 +20,9 @@ using testing::TmpDir;
 class TraceTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
+    // Team mode: in contended mode (on a loaded machine) a tower's thread also runs the other
+    // tower's kernels, and the per-lane slice counts below would move between lanes.
+    setenv("TOWER_CONTENTION", "off", 1);
     dir_ = new TmpDir();
     auto data = run_tower("make-dataset --format cifar10 --out " + (*dir_ / "data") +
                           " --num_train 500 --num_test 100 --seed 4");

@@ -286,6 +286,65 @@ TEST(DataParallelTest, MicroBatchesGiveTheSameBitsOnAnyLayout) {
   }
 }
 
+// One-thread CPU towers form a ProgramGroup: in contended mode each tower's thread also takes the
+// others' tasks (batch chunks, whole kernels, weight gradients). The kernels are the same in both
+// modes, so the losses and every gradient keep their bits, with an uneven split too (32, 31 and
+// 31 examples: 2 chunks for tower 0, whole kernels for the others).
+TEST(DataParallelTest, TowerGroupKeepsItsBitsInContendedMode) {
+  struct Case {
+    std::string model;
+    Shape example;
+    int towers;
+    int64_t batch;
+  };
+  const bool bf16 = cpu_info().avx512_bf16 || cpu_info().amx;
+  for (const Case& c :
+       {Case{"cifar10", Shape{3, 24, 24}, 2, 128}, Case{"lenet", {1, 28, 28}, 3, 94}})
+    for (Precision precision : {Precision::fp32, Precision::bf16}) {
+      if (precision == Precision::bf16 && !bf16) continue;
+      SCOPED_TRACE(::testing::Message()
+                   << c.model << ", " << c.towers << " towers, " << precision_name(precision));
+      std::vector<float> values[2];  // per mode: losses and gradients of every step
+      int64_t contended_runs[2] = {0, 0};
+      for (int on : {0, 1}) {
+        DataParallelOptions options;
+        options.devices.clear();
+        for (int i = 0; i < c.towers; ++i) options.devices.push_back({DeviceKind::cpu, i});
+        options.threads.assign(static_cast<size_t>(c.towers), 1);
+        options.precision = precision;
+        options.contention = on ? ProgramOptions::Contention::on : ProgramOptions::Contention::off;
+        DataParallel dp(c.example, c.batch, classifier(c.model), options);
+        for (int step = 0; step < 3; ++step) {
+          Problem p = make_problem(c.example, c.batch, 200 + static_cast<uint64_t>(step));
+          values[on].push_back(dp.step(p.images, p.labels, static_cast<uint64_t>(step)).loss);
+          for (size_t v = 0; v < dp.trainable().size(); ++v) {
+            Tensor& w = dp.replica(0).get(dp.trainable()[v].name);
+            const Tensor& g = dp.gradient(0, static_cast<int>(v));
+            values[on].insert(values[on].end(), g.data<float>(), g.data<float>() + g.numel());
+            for (int r = 0; r < dp.num_replicas(); ++r) {
+              Tensor& wr = dp.replica(r).get(dp.trainable()[v].name);
+              for (int64_t k = 0; k < w.numel(); ++k)
+                wr.data<float>()[k] -= 0.05f * dp.gradient(r, static_cast<int>(v)).data<float>()[k];
+            }
+          }
+        }
+        for (int t = 0; t < c.towers; ++t) {
+          if (on) {
+            EXPECT_GT(dp.program(t).stats().deferrable, 0) << "tower " << t;
+          }
+          contended_runs[on] += dp.program(t).stats().contended_runs;
+        }
+      }
+      EXPECT_EQ(contended_runs[0], 0);
+      EXPECT_EQ(contended_runs[1], 3 * c.towers);
+      ASSERT_EQ(values[0].size(), values[1].size());
+      size_t differ = 0;
+      for (size_t i = 0; i < values[0].size(); ++i)
+        differ += std::memcmp(&values[0][i], &values[1][i], sizeof(float)) != 0;
+      EXPECT_EQ(differ, 0u) << "of " << values[0].size() << " values";
+    }
+}
+
 TEST(DataParallelTest, OverlapFirstBucketReducedBeforeBackwardEnds) {
   DataParallelOptions options;
   options.devices = {{DeviceKind::cpu, 0}, {DeviceKind::cpu, 1}};

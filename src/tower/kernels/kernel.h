@@ -69,6 +69,10 @@ struct KernelContext {
   // faster ones that accumulate with atomics).
   bool deterministic = true;
   Precision precision = Precision::fp32;  // bf16: convolutions and matmuls multiply in bf16
+  // The threads that may run the kernel's tasks at once in Program's contended mode: the team, or
+  // the threads of a ProgramGroup (kernels take the larger of this and num_threads). Tasks and
+  // their scratch are sized for them.
+  int members = 1;
 
   const Layout& input_layout(size_t i) const {
     static const Layout plain;

@@ -1,5 +1,6 @@
 #include "tower/parallel/data_parallel.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -143,6 +144,13 @@ void DataParallel::compile_towers(const DataParallelOptions& options) {
   const int n = num_towers();
   std::vector<std::vector<Tensor>> grad_buffers;
   std::vector<float> weights;
+  // One-thread CPU towers that run once a step share contended mode (ProgramGroup).
+  std::shared_ptr<ProgramGroup> group;
+  if (n >= 2 && micro_batch_ == 0 &&
+      std::all_of(towers_.begin(), towers_.end(), [](const Tower& t) {
+        return t.device.kind == DeviceKind::cpu && t.threads == 1;
+      }))
+    group = std::make_shared<ProgramGroup>(n);
   for (int i = 0; i < n; ++i) {
     Tower& t = towers_[static_cast<size_t>(i)];
     std::vector<Value> fetches = {t.outputs.loss};
@@ -158,6 +166,9 @@ void DataParallel::compile_towers(const DataParallelOptions& options) {
     ProgramOptions program_options{t.device, t.threads};
     program_options.deterministic = options.deterministic;
     program_options.precision = options.precision;
+    program_options.contention = options.contention;
+    program_options.group = group;
+    program_options.group_member = i;
     std::vector<Value> updates;
     if (i == 0 && (micro_batch_ == 0 || t.first_micro == 0)) updates = t.outputs.updates;
     t.program = std::make_unique<Program>(graph_, fetches, *vars, program_options, updates);

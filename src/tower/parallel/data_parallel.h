@@ -41,6 +41,9 @@ struct DataParallelOptions {
   bool stage_through_host = false;
   bool deterministic = true;              // ProgramOptions::deterministic
   Precision precision = Precision::fp32;  // ProgramOptions::precision
+  // ProgramOptions::contention. Two or more one-thread CPU towers without micro-batches share it
+  // as a ProgramGroup: in contended mode each tower's thread also takes the others' tasks.
+  ProgramOptions::Contention contention = ProgramOptions::Contention::automatic;
   // > 0: the batch is cut into micro-batches of this many examples, each with its own forward and
   // backward pass, and their gradients are summed by one fixed tree over micro-batch indices
   // (tree_reducer.h), whatever tower or rank computes them: the same bits for any number of

@@ -79,7 +79,37 @@ class RunDelay {
  private:
   int fd_;
 };
+
+// Automatic contention: into contended mode after 2 runs in a row whose threads waited for a core
+// 15% of the run's time or more (summed over the threads), out of it after 3 under 5%.
+void observe(int64_t waited_ns, double run_ns, bool& contended, int& streak) {
+  const double waited_fraction = static_cast<double>(waited_ns) / run_ns;
+  const bool other = contended ? waited_fraction < 0.05 : waited_fraction >= 0.15;
+  streak = other ? streak + 1 : 0;
+  if (streak >= (contended ? 3 : 2)) contended = !contended, streak = 0;
+}
 }  // namespace
+
+// A group's shared state. `finished` and `left` count over all rounds, so round r is done when
+// they reach size * (r + 1).
+struct ProgramGroup::State {
+  explicit State(int size)
+      : programs(static_cast<size_t>(size)), waits(static_cast<size_t>(size)) {}
+  std::vector<Program::Impl*> programs;  // by member
+  ProgramOptions::Contention contention = ProgramOptions::Contention::automatic;
+  std::atomic<uint32_t> epoch{0};                 // bumped (and waited on) when there is new work
+  std::atomic<int64_t> finished{0};               // programs done
+  std::atomic<int64_t> left{0};                   // runs returned (automatic contention)
+  std::vector<std::pair<int64_t, double>> waits;  // per member: ns waited and ns run, last round
+  std::atomic<bool> contended{false};             // the mode of the next round
+  int streak = 0;
+};
+
+ProgramGroup::ProgramGroup(int size) : state_(std::make_unique<State>(size)) {
+  TOWER_CHECK(size >= 1);
+}
+ProgramGroup::~ProgramGroup() = default;
+int ProgramGroup::size() const { return static_cast<int>(state_->programs.size()); }
 
 struct Program::Impl {
   // One buffer of a value: as its producer wrote it, or a copy converted into another layout.
@@ -111,13 +141,16 @@ struct Program::Impl {
   struct Contended {
     std::atomic<int> cursor{0};  // the critical step whose tasks are taken now; steps.size(): done
     std::unique_ptr<std::atomic<int>[]> taken, done;
-    std::atomic<uint32_t> epoch{0};  // bumped (and waited on) when there is new work
+    std::atomic<uint32_t> epoch{0};  // bumped (and waited on) when there is new work (alone)
     std::atomic<bool> failed{false};
-    std::mutex mutex;           // guards the rest
-    std::vector<int> waiting;   // per step: deferrable inputs not yet written
-    std::vector<char> reached;  // per step: the critical path has passed it
-    std::deque<int> ready;      // deferrable steps whose tasks may be taken
-    int deferred_left = 0;      // deferrable steps not finished
+    std::atomic<int64_t> round{-1};  // in a group: the round this state is for, once set up
+    std::atomic<int> busy{0};        // members inside take()
+    bool counted = false;            // in a group: counted in State::finished (under the mutex)
+    std::mutex mutex;                // guards the rest
+    std::vector<int> waiting;        // per step: deferrable inputs not yet written
+    std::vector<char> reached;       // per step: the critical path has passed it
+    std::deque<int> ready;           // deferrable steps whose tasks may be taken
+    int deferred_left = 0;           // deferrable steps not finished
     std::exception_ptr error;
     const std::function<void(int)>* on_fetch_ready = nullptr;
   };
@@ -145,8 +178,17 @@ struct Program::Impl {
   int streak = 0;          // runs in a row that asked for the other mode
   int caller_tid = 0;      // the thread whose team team_delays are
   std::vector<std::unique_ptr<RunDelay>> team_delays;
+  ProgramGroup::State* group = nullptr;  // options.group's
+  int64_t runs = 0;                      // in a group: the rounds so far
+  bool taskable = false;  // contended mode may run: a CPU program whose kernels all have tasks
+
+  // The threads that may take this program's tasks (KernelContext::members).
+  int members() const {
+    return group != nullptr ? static_cast<int>(group->programs.size()) : options.num_threads;
+  }
 
   ~Impl() {
+    if (group != nullptr) group->programs[static_cast<size_t>(options.group_member)] = nullptr;
     if (stream == nullptr) return;
     // The kernels (cuDNN and cuBLAS handles bound to the stream) go first, on their GPU.
     const DeviceOps& ops = device_ops(options.device.kind);
@@ -219,11 +261,82 @@ struct Program::Impl {
     }
   }
 
+  // Team mode: the steps in order, each on the team.
+  void run_steps(const std::function<void(int)>& on_fetch_ready) {
+    for (Step& s : steps) {
+      run_step(s);
+      if (on_fetch_ready)
+        for (int f : s.ready_fetches) on_fetch_ready(f);
+    }
+  }
+
+  static double ns_since(std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start)
+        .count();
+  }
+
+  // A group member's run in the round's mode, then its share of the group's automatic decision.
+  void run_in_group(const std::function<void(int)>& on_fetch_ready, bool contendable) {
+    ProgramGroup::State& g = *group;
+    const int64_t round = runs++;
+    const bool watch = g.contention == ProgramOptions::Contention::automatic;
+    const int64_t waited = watch ? team_waited_ns() : 0;
+    const auto start = std::chrono::steady_clock::now();
+    std::exception_ptr error;
+    if (contendable && g.contended.load(std::memory_order_relaxed)) {
+      try {
+        run_contended_in_group(on_fetch_ready, round);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      ++stats.contended_runs;
+    } else {
+      try {
+        run_steps(on_fetch_ready);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      g.finished.fetch_add(1, std::memory_order_acq_rel);
+      wake_all();
+    }
+    if (watch) {
+      g.waits[static_cast<size_t>(options.group_member)] = {team_waited_ns() - waited,
+                                                            ns_since(start)};
+      // The last member to leave the round decides the next one's mode for all.
+      if (g.left.fetch_add(1, std::memory_order_acq_rel) + 1 ==
+          static_cast<int64_t>(g.programs.size()) * (round + 1)) {
+        int64_t waited_ns = 0;
+        double run_ns = 0;
+        for (const auto& [w, r] : g.waits) waited_ns += w, run_ns += r;
+        bool contended_next = g.contended.load(std::memory_order_relaxed);
+        observe(waited_ns, run_ns, contended_next, g.streak);
+        g.contended.store(contended_next, std::memory_order_relaxed);
+      }
+    }
+    if (error) std::rethrow_exception(error);
+  }
+
   // Contended mode (ProgramOptions::contention): every member of the team takes tasks (chunks of
   // batch rows, or whole kernels) from the critical step, and when it has none left there, from the
   // deferrable steps that may run; only with neither does it wait. A step's fetches are reported
   // ready by the member that finished it.
   void run_contended(const std::function<void(int)>& on_fetch_ready) {
+    set_up_contended(on_fetch_ready);
+    run_on_team(options.num_threads, [&](int member) { work(member); });
+    rethrow_contended();
+  }
+
+  // In a group (ProgramGroup): this program's thread takes tasks of every program of the round
+  // until all are done.
+  void run_contended_in_group(const std::function<void(int)>& on_fetch_ready, int64_t round) {
+    set_up_contended(on_fetch_ready);
+    shared->round.store(round, std::memory_order_release);
+    wake_all();
+    work_in_group(options.group_member, round);
+    rethrow_contended();
+  }
+
+  void set_up_contended(const std::function<void(int)>& on_fetch_ready) {
     Contended& c = *shared;
     c.on_fetch_ready = &on_fetch_ready;
     c.failed = false;
@@ -235,11 +348,14 @@ struct Program::Impl {
       c.reached[p] = 0;
     }
     c.ready.clear();
-    {
-      std::lock_guard<std::mutex> lock(c.mutex);
-      advance(-1);
-    }
-    run_on_team(options.num_threads, [&](int member) { work(member); });
+    std::lock_guard<std::mutex> lock(c.mutex);
+    c.counted = false;
+    advance(-1);
+    count_if_done();
+  }
+
+  void rethrow_contended() {
+    Contended& c = *shared;
     if (c.error) {
       std::exception_ptr error;
       std::swap(error, c.error);
@@ -250,42 +366,98 @@ struct Program::Impl {
   // One member's part of a contended run.
   void work(int member) {
     Contended& c = *shared;
-    const int n = static_cast<int>(steps.size());
     if (member > 0 && trace::active()) trace::name_thread(fmt::format("team member {}", member));
     for (;;) {
       const uint32_t epoch = c.epoch.load(std::memory_order_acquire);
       if (c.failed.load(std::memory_order_acquire)) return;
-      const int p = c.cursor.load(std::memory_order_acquire);
-      if (p < n && take(p, member)) continue;
-      int d = -1;
+      if (take_critical(member) || take_deferred(member)) continue;
       {
         std::lock_guard<std::mutex> lock(c.mutex);
-        while (!c.ready.empty() && d < 0) {
-          const int q = c.ready.front();
-          if (c.taken[static_cast<size_t>(q)].load() >= steps[static_cast<size_t>(q)].tasks)
-            c.ready.pop_front();
-          else
-            d = q;
-        }
-        if (d < 0 && p >= n && c.deferred_left == 0) return;
+        if (c.cursor.load() >= static_cast<int>(steps.size()) && c.deferred_left == 0) return;
       }
-      if (d >= 0) {
-        take(d, member);
-        continue;
-      }
-      // Nothing to take: a short spin, then sleep until another member makes work.
-      bool changed = false;
-      for (int i = 0; i < 2000 && !changed; ++i) {
-        __builtin_ia32_pause();
-        changed = c.epoch.load(std::memory_order_acquire) != epoch;
-      }
-      if (!changed) c.epoch.wait(epoch, std::memory_order_acquire);
+      wait_for_work(c.epoch, epoch);
     }
+  }
+
+  // A group member's part of a contended round: its own program's critical step first, then the
+  // others' (of this round), then deferrable steps, its own first.
+  void work_in_group(int member, int64_t round) {
+    ProgramGroup::State& g = *group;
+    const int64_t all_done = static_cast<int64_t>(g.programs.size()) * (round + 1);
+    auto take_from_others = [&](bool critical) {
+      for (Impl* other : g.programs)
+        if (other != nullptr && other != this &&
+            other->shared->round.load(std::memory_order_acquire) == round &&
+            (critical ? other->take_critical(member) : other->take_deferred(member)))
+          return true;
+      return false;
+    };
+    for (;;) {
+      const uint32_t epoch = g.epoch.load(std::memory_order_acquire);
+      if (take_critical(member) || take_from_others(true) || take_deferred(member) ||
+          take_from_others(false))
+        continue;
+      if (g.finished.load(std::memory_order_acquire) >= all_done) return;
+      wait_for_work(g.epoch, epoch);
+    }
+  }
+
+  // A short spin, then sleep until another member makes work.
+  static void wait_for_work(std::atomic<uint32_t>& epoch, uint32_t seen) {
+    for (int i = 0; i < 2000; ++i) {
+      __builtin_ia32_pause();
+      if (epoch.load(std::memory_order_acquire) != seen) return;
+    }
+    epoch.wait(seen, std::memory_order_acquire);
+  }
+
+  // Runs a task of the critical step if one is left.
+  bool take_critical(int member) {
+    Contended& c = *shared;
+    if (c.failed.load(std::memory_order_acquire)) return false;
+    const int p = c.cursor.load(std::memory_order_acquire);
+    return p < static_cast<int>(steps.size()) && take(p, member);
+  }
+
+  // Runs a task of a deferrable step that may run, if one is left.
+  bool take_deferred(int member) {
+    Contended& c = *shared;
+    if (c.failed.load(std::memory_order_acquire)) return false;
+    int d = -1;
+    {
+      std::lock_guard<std::mutex> lock(c.mutex);
+      while (!c.ready.empty() && d < 0) {
+        const int q = c.ready.front();
+        if (c.taken[static_cast<size_t>(q)].load() >= steps[static_cast<size_t>(q)].tasks)
+          c.ready.pop_front();
+        else
+          d = q;
+      }
+    }
+    return d >= 0 && (take(d, member), true);
+  }
+
+  // Runs a task of step p if one is left (see run_task_of). In a group, the last member to leave
+  // a program that is done counts it done, so that its run() returns only when nobody is still
+  // inside its steps or its fetch callbacks.
+  bool take(int p, int member) {
+    Contended& c = *shared;
+    c.busy.fetch_add(1, std::memory_order_acq_rel);
+    const bool took = run_task_of(p, member);
+    if (c.busy.fetch_sub(1, std::memory_order_acq_rel) == 1 && group != nullptr) {
+      bool counted = false;
+      {
+        std::lock_guard<std::mutex> lock(c.mutex);
+        counted = count_if_done();
+      }
+      if (counted) wake_all();
+    }
+    return took;
   }
 
   // Runs a task of step p if one is left. The member that finishes the last one finishes the step,
   // wakes the others to the work it made ready, then reports the step's fetches ready.
-  bool take(int p, int member) {
+  bool run_task_of(int p, int member) {
     Contended& c = *shared;
     Step& s = steps[static_cast<size_t>(p)];
     const int task = c.taken[static_cast<size_t>(p)].fetch_add(1, std::memory_order_acq_rel);
@@ -320,9 +492,22 @@ struct Program::Impl {
     return true;
   }
 
+  // With the mutex held: in a group, counts this program done for the round once every step has
+  // run (or one failed) and no member is inside a task; true when it counted it now.
+  bool count_if_done() {
+    Contended& c = *shared;
+    if (group == nullptr || c.counted || c.busy.load(std::memory_order_acquire) != 0) return false;
+    if (!c.failed && (c.cursor.load() < static_cast<int>(steps.size()) || c.deferred_left > 0))
+      return false;
+    c.counted = true;
+    group->finished.fetch_add(1, std::memory_order_acq_rel);
+    return true;
+  }
+
   void wake_all() {
-    shared->epoch.fetch_add(1, std::memory_order_acq_rel);
-    shared->epoch.notify_all();
+    std::atomic<uint32_t>& epoch = group != nullptr ? group->epoch : shared->epoch;
+    epoch.fetch_add(1, std::memory_order_acq_rel);
+    epoch.notify_all();
   }
 
   // With the mutex held, after critical step p (-1: at the start): the deferrable steps up to the
@@ -349,14 +534,6 @@ struct Program::Impl {
     int64_t sum = 0;
     for (const auto& delay : team_delays) sum += delay->nanoseconds();
     return sum;
-  }
-
-  // Automatic contention: into contended mode after 2 runs in a row whose threads waited for a core
-  // 15% of the run's time or more (summed over the threads), out of it after 3 under 5%.
-  void observe(double waited_fraction) {
-    const bool other = contended ? waited_fraction < 0.05 : waited_fraction >= 0.15;
-    streak = other ? streak + 1 : 0;
-    if (streak >= (contended ? 3 : 2)) contended = !contended, streak = 0;
   }
 
   // 1. The nodes needed for the fetches and targets (ids are topological: inputs come first).
@@ -504,8 +681,8 @@ struct Program::Impl {
     if (factory == nullptr)
       fail("{} ({}): no kernel for op {} on {}", node.name, node.op, node.op,
            options.device.to_string());
-    KernelContext context{options.device,        options.num_threads, stream, {},
-                          options.deterministic, options.precision};
+    KernelContext context{options.device,        options.num_threads, stream,   {},
+                          options.deterministic, options.precision,   members()};
     for (const Value& in : node.inputs)
       context.input_layouts.push_back(
           buffers[static_cast<size_t>(versions.at(key(in)).front())].layout);
@@ -584,11 +761,12 @@ struct Program::Impl {
   // or more: those whose outputs are fetched or read, and read only by deferrable steps (the
   // weight gradients, their conversions and weight decay terms).
   void mark_deferrable() {
-    if (options.device.kind != DeviceKind::cpu || options.num_threads < 2 ||
+    if (options.device.kind != DeviceKind::cpu || members() < 2 ||
         options.contention == ProgramOptions::Contention::off)
       return;
     for (Step& step : steps)
       if ((step.tasks = step.kernel->tasks()) < 1) return;  // a kernel needs the team
+    taskable = true;
     std::vector<std::vector<int>> readers(buffers.size());
     std::vector<int> producer(buffers.size(), -1);
     std::vector<char> fetched(buffers.size(), 0);
@@ -743,6 +921,18 @@ Program::Program(const Graph& graph, std::vector<Value> fetches, VariableStore& 
   }
   m.options = options;
   m.contended = options.contention == ProgramOptions::Contention::on;
+  if (options.group != nullptr) {
+    ProgramGroup::State& g = *options.group->state_;
+    if (options.device.kind != DeviceKind::cpu || options.num_threads != 1)
+      fail("a program group takes one-thread CPU programs, not {} with {} threads",
+           options.device.to_string(), options.num_threads);
+    const auto member = static_cast<size_t>(options.group_member);
+    TOWER_CHECK(member < g.programs.size() && g.programs[member] == nullptr);
+    g.programs[member] = &m;
+    g.contention = options.contention;
+    g.contended = options.contention == ProgramOptions::Contention::on;
+    m.group = &g;
+  }
   m.fetches = fetches;
   if (options.device.kind != DeviceKind::cpu)
     m.stream = device_ops(options.device.kind).create_stream(options.device.index);
@@ -754,7 +944,7 @@ Program::Program(const Graph& graph, std::vector<Value> fetches, VariableStore& 
   m.mark_deferrable();
   m.plan_memory();
   m.bind_kernels();
-  if (m.stats.deferrable > 0) {
+  if (m.taskable && (m.stats.deferrable > 0 || m.group != nullptr)) {
     m.shared = std::make_unique<Impl::Contended>();
     m.shared->taken = std::make_unique<std::atomic<int>[]>(m.steps.size());
     m.shared->done = std::make_unique<std::atomic<int>[]>(m.steps.size());
@@ -789,7 +979,8 @@ void Program::run(uint64_t step, const std::function<void(int)>& on_fetch_ready)
   if (on_fetch_ready)
     for (int f : m.source_fetches) on_fetch_ready(f);
   for (Impl::Step& s : m.steps) s.io.step = step;
-  const bool contendable = m.stats.deferrable > 0 && !m.profiling;
+  const bool contendable = m.shared != nullptr && !m.profiling;
+  if (m.group != nullptr) return m.run_in_group(on_fetch_ready, contendable);
   const bool watch = contendable && m.options.contention == ProgramOptions::Contention::automatic;
   const int64_t waited = watch ? m.team_waited_ns() : 0;
   const auto start = std::chrono::steady_clock::now();
@@ -797,18 +988,10 @@ void Program::run(uint64_t step, const std::function<void(int)>& on_fetch_ready)
     m.run_contended(on_fetch_ready);
     ++m.stats.contended_runs;
   } else {
-    for (Impl::Step& s : m.steps) {
-      m.run_step(s);
-      if (on_fetch_ready)
-        for (int f : s.ready_fetches) on_fetch_ready(f);
-    }
+    m.run_steps(on_fetch_ready);
   }
   m.synchronize();
-  if (watch) {
-    const double wall =
-        std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count();
-    m.observe(static_cast<double>(m.team_waited_ns() - waited) / wall);
-  }
+  if (watch) observe(m.team_waited_ns() - waited, m.ns_since(start), m.contended, m.streak);
 }
 
 void Program::synchronize() const { impl_->synchronize(); }

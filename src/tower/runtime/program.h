@@ -15,6 +15,8 @@
 
 namespace tower {
 
+class ProgramGroup;
+
 struct ProgramOptions {
   Device device;
   int num_threads = 1;  // the device's compute team
@@ -44,6 +46,35 @@ struct ProgramOptions {
   // overrides. Both modes give the same bits.
   enum class Contention { automatic, off, on };
   Contention contention = Contention::automatic;
+  // One-thread CPU programs that run at the same time on threads of their own (a process's CPU
+  // towers) share contended mode through a group (ProgramGroup); this program is its member
+  // `group_member`. Null: the program alone.
+  std::shared_ptr<ProgramGroup> group;
+  int group_member = 0;
+};
+
+// One-thread CPU programs that run at the same time, each on a thread of its own and each once per
+// round: a process's CPU towers. Each thread runs its own program in team mode; when another
+// process takes a core, the scheduler gives the group's threads uneven shares, and the threads that
+// finish first would wait for the others. In contended mode (ProgramOptions::contention, decided
+// for the whole group from all its threads' waits) a thread instead takes tasks from its own
+// program's critical step, then from the other programs' critical steps, then from the deferrable
+// steps of any, and its run() returns when every program of the round is done. The kernels are
+// built with tasks for all the group's threads (batch chunks of 16 rows, or more), in both modes,
+// so the modes give the same bits. Every member must run once in every round, and a round may
+// start only when every run() of the last one has returned (DataParallel::step joins its towers).
+class ProgramGroup {
+ public:
+  explicit ProgramGroup(int size);
+  ~ProgramGroup();
+  ProgramGroup(const ProgramGroup&) = delete;
+  ProgramGroup& operator=(const ProgramGroup&) = delete;
+  int size() const;
+
+ private:
+  friend class Program;
+  struct State;
+  std::unique_ptr<State> state_;
 };
 
 // One scheduled kernel's time while profiling (Program::set_profiling), summed over runs.
@@ -103,6 +134,7 @@ class Program {
   std::string placement_log() const;
 
  private:
+  friend class ProgramGroup;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -37,6 +37,7 @@ class FusedBatchNormKernel : public Kernel {
  public:
   FusedBatchNormKernel(const Node& node, const KernelContext& context)
       : node_(node),
+        team_(context.num_threads),
         inference_(inference(node)),
         x_layout_(context.input_layout(0)),
         bn_pd_(forward_pd(node, node.inputs[0].shape(), x_layout_,
@@ -61,7 +62,8 @@ class FusedBatchNormKernel : public Kernel {
     add_scratchpad(args_, bn_pd_.scratchpad_desc(), io.scratch);
   }
 
-  int tasks() const override { return 0; }  // oneDNN splits the statistics over the team
+  // oneDNN splits the statistics over the team it was built for.
+  int tasks() const override { return team_ > 1 ? 0 : 1; }
   void run(const KernelIO& io) override {
     execute(node_, bn_prim_, args_);
     if (inference_) {  // the statistics used, for FusedBatchNormGrad
@@ -74,6 +76,7 @@ class FusedBatchNormKernel : public Kernel {
 
  private:
   const Node& node_;
+  int team_;
   bool inference_;
   Layout x_layout_;
   dnnl::batch_normalization_forward::primitive_desc bn_pd_;
@@ -86,7 +89,7 @@ class FusedBatchNormGradKernel : public Kernel {
  public:
   // dy and dx in x's layout.
   FusedBatchNormGradKernel(const Node& node, const KernelContext& context)
-      : node_(node), x_layout_(context.input_layout(1)) {
+      : node_(node), team_(context.num_threads), x_layout_(context.input_layout(1)) {
     const Shape& x = node.inputs[1].shape();
     auto hint_pd = forward_pd(node, x, x_layout_, prop::forward_training);
     bn_pd_ = build(node, [&] {
@@ -117,11 +120,12 @@ class FusedBatchNormGradKernel : public Kernel {
     add_scratchpad(args_, bn_pd_.scratchpad_desc(), io.scratch);
   }
 
-  int tasks() const override { return 0; }
+  int tasks() const override { return team_ > 1 ? 0 : 1; }
   void run(const KernelIO&) override { execute(node_, bn_prim_, args_); }
 
  private:
   const Node& node_;
+  int team_;
   Layout x_layout_;
   dnnl::batch_normalization_backward::primitive_desc bn_pd_;
   dnnl::batch_normalization_backward bn_prim_;

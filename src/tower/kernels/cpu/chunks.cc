@@ -17,14 +17,14 @@ using dnnl::memory;
 class ChunkedKernel : public Kernel {
  public:
   // `node` must outlive the kernel (the graph does). The arguments list the inputs first.
-  ChunkedKernel(const Node& node, Built built, int chunks, int threads)
+  ChunkedKernel(const Node& node, Built built, int chunks, int team, int members)
       : node_(node),
         prim_(std::move(built.prim)),
         scratchpad_md_(built.scratchpad_md),
         args_(std::move(built.args)),
         chunks_(chunks),
-        threads_(chunks > 1 ? threads : 1),
-        team_(threads) {
+        threads_(chunks > 1 ? members : 1),
+        team_(team) {
     for (const Value& in : node.inputs) has_empty_input_ |= in.shape().numel() == 0;
   }
 
@@ -99,7 +99,7 @@ class ChunkedKernel : public Kernel {
       return;
     }
     std::exception_ptr error;
-#pragma omp parallel for num_threads(threads_) schedule(dynamic, 1)
+#pragma omp parallel for num_threads(team_) schedule(dynamic, 1)
     for (int c = 0; c < chunks_; ++c) {
       try {
         execute(node_, prim_,
@@ -118,7 +118,7 @@ class ChunkedKernel : public Kernel {
   void add_partials() {
     constexpr int64_t kBlock = 4096;
     for (const SumOutput& sum : sums_) {
-#pragma omp parallel for num_threads(threads_) schedule(static) if (sum.n > kBlock)
+#pragma omp parallel for num_threads(team_) schedule(static) if (sum.n > kBlock)
       for (int64_t begin = 0; begin < sum.n; begin += kBlock) {
         const int64_t end = std::min(sum.n, begin + kBlock);
         for (const float* in : sum.partials)
@@ -146,8 +146,8 @@ class ChunkedKernel : public Kernel {
   dnnl::primitive prim_;
   memory::desc scratchpad_md_;
   std::vector<Arg> args_;
-  int chunks_, threads_;
-  int team_;  // the program's
+  int chunks_, threads_;  // threads_: the members that run chunks (KernelContext::members)
+  int team_;              // the program's
   bool has_empty_input_ = false;
   std::vector<std::unordered_map<int, memory>> chunk_args_;
   std::vector<SumOutput> sums_;
@@ -198,16 +198,18 @@ int chunks_for(int64_t batch, int threads) {
 
 std::unique_ptr<Kernel> chunked(const Node& node, const KernelContext& context, int64_t batch,
                                 const BuildFn& build) {
-  const int threads = std::max(context.num_threads, 1);
-  if (const int chunks = chunks_for(batch, threads); chunks > 1) {
+  const int team = std::max(context.num_threads, 1);
+  const int members = std::max(context.members, team);
+  if (const int chunks = chunks_for(batch, members); chunks > 1) {
     KernelThreadsScope one_thread(1);
     Built built = build(batch / chunks);
     bool contiguous = true;
     for (const Arg& arg : built.args)
       contiguous &= arg.role != Role::rows || with_batch(arg.md, batch).has_value();
-    if (contiguous) return std::make_unique<ChunkedKernel>(node, std::move(built), chunks, threads);
+    if (contiguous)
+      return std::make_unique<ChunkedKernel>(node, std::move(built), chunks, team, members);
   }
-  return std::make_unique<ChunkedKernel>(node, build(batch), 1, threads);
+  return std::make_unique<ChunkedKernel>(node, build(batch), 1, team, members);
 }
 
 }  // namespace tower::cpu

@@ -49,8 +49,9 @@ Shape with_rows(const Shape& shape, int64_t rows);
 std::optional<dnnl::memory::desc> with_batch(const dnnl::memory::desc& md, int64_t batch);
 
 // The kernel of `build(rows)` (a primitive for `rows` of the batch): in chunks of at least 16
-// rows (smaller ones lose speed in bf16), at most 16 of them, when the team has several threads
-// and every `rows` argument's layout allows; else one primitive of the whole batch on the team.
+// rows (smaller ones lose speed in bf16), at most 16 of them, when several threads may run them
+// (KernelContext::members) and every `rows` argument's layout allows; else one primitive of the
+// whole batch on the team.
 using BuildFn = std::function<Built(int64_t rows)>;
 std::unique_ptr<Kernel> chunked(const Node& node, const KernelContext& context, int64_t batch,
                                 const BuildFn& build);

@@ -251,20 +251,21 @@ class LRNKernel : public Kernel {
     batch_ = x[0];
     channels_ = x[1];
     plane_ = x[2] * x[3];
-    threads_ = std::max(context.num_threads, 1);
+    team_ = std::max(context.num_threads, 1);
+    members_ = std::max(context.members, team_);
     blocked_ = blocked_layout(x, context.input_layout(0), attrs_);
     if (!blocked_)
       per_thread_ = aligned_floats(static_cast<size_t>(channels_ * plane_)) * (backward ? 3 : 2);
   }
   size_t scratch_bytes() const override {
-    return per_thread_ * sizeof(float) * static_cast<size_t>(threads_);
+    return per_thread_ * sizeof(float) * static_cast<size_t>(members_);
   }
   // Every input and the output in x's layout: plain, or the blocks it came in.
   Layout input_layout(int) const override { return blocked_ ? *blocked_ : Layout{}; }
   Layout output_layout(int) const override { return blocked_ ? *blocked_ : Layout{}; }
 
-  // Images in kTasks ranges (one on a one-thread team).
-  int tasks() const override { return threads_ > 1 ? kTasks : 1; }
+  // Images in kTasks ranges (one when a single thread runs it).
+  int tasks() const override { return members_ > 1 ? kTasks : 1; }
   void run_task(const KernelIO& io, int task, int member) override {
     run_images(io, batch_ * task / tasks(), batch_ * (task + 1) / tasks(), member);
   }
@@ -280,7 +281,7 @@ class LRNKernel : public Kernel {
     float* out = const_cast<Tensor&>(io.outputs[0]).data<float>();
     float* scratch = static_cast<float*>(io.scratch);
     const int64_t image = channels_ * plane_;
-#pragma omp parallel for num_threads(threads_) schedule(dynamic, 2) if (member < 0)
+#pragma omp parallel for num_threads(team_) schedule(dynamic, 2) if (member < 0)
     for (int64_t n = begin; n < end; ++n) {
       const float* g = backward_ ? dy + n * image : nullptr;
       if (blocked_) {
@@ -300,7 +301,7 @@ class LRNKernel : public Kernel {
   bool backward_, relu_;
   int64_t batch_ = 0, channels_ = 0, plane_ = 0;
   size_t per_thread_ = 0;
-  int threads_ = 1;
+  int team_ = 1, members_ = 1;     // KernelContext::num_threads and members
   std::optional<Layout> blocked_;  // channel blocks of 16 (blocked_lrn_image), else plain
 };
 

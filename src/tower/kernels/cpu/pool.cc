@@ -234,7 +234,9 @@ template <bool kRelu>
 class MaxPoolGradKernel : public Kernel {
  public:
   MaxPoolGradKernel(const Node& node, const KernelContext& context)
-      : node_(node), threads_(std::max(context.num_threads, 1)) {
+      : node_(node),
+        team_(std::max(context.num_threads, 1)),
+        members_(std::max(context.members, team_)) {
     const Shape& x = node.inputs[0].shape();
     const Shape& dy = node.inputs[1].shape();
     layout_ = pooling_layout(x, context.input_layout(0));
@@ -262,11 +264,11 @@ class MaxPoolGradKernel : public Kernel {
     return true;
   }
   size_t scratch_bytes() const override {
-    return bf16_layout_ ? plane_floats() * sizeof(float) * static_cast<size_t>(threads_) : 0;
+    return bf16_layout_ ? plane_floats() * sizeof(float) * static_cast<size_t>(members_) : 0;
   }
 
-  // Planes (an image's block of channels) in kTasks ranges (one on a one-thread team).
-  int tasks() const override { return threads_ > 1 ? kTasks : 1; }
+  // Planes (an image's block of channels) in kTasks ranges (one when a single thread runs it).
+  int tasks() const override { return members_ > 1 ? kTasks : 1; }
   void run_task(const KernelIO& io, int task, int member) override {
     const int64_t planes = num_planes();
     run_planes(io, planes * task / tasks(), planes * (task + 1) / tasks(), member);
@@ -304,7 +306,7 @@ class MaxPoolGradKernel : public Kernel {
     auto* scratch = static_cast<float*>(io.scratch);
     const int64_t* xs = x_blocks_.strides;
     const int64_t* ds = dy_blocks_.strides;
-#pragma omp parallel for num_threads(threads_) schedule(dynamic, 4) firstprivate(p) if (member < 0)
+#pragma omp parallel for num_threads(team_) schedule(dynamic, 4) firstprivate(p) if (member < 0)
     for (int64_t plane = begin; plane < end; ++plane) {
       const int64_t n = plane / blocks, cb = plane % blocks;
       p.lanes = std::min(block, channels - cb * block);
@@ -328,7 +330,7 @@ class MaxPoolGradKernel : public Kernel {
   }
 
   const Node& node_;
-  int threads_;
+  int team_, members_;  // KernelContext::num_threads and members
   Layout layout_;
   std::optional<Layout> bf16_layout_;  // dx written as bf16 in this layout (write_output_as)
   memory::desc x_md_, dy_md_;

@@ -109,7 +109,6 @@ ProgramGroup::ProgramGroup(int size) : state_(std::make_unique<State>(size)) {
   TOWER_CHECK(size >= 1);
 }
 ProgramGroup::~ProgramGroup() = default;
-int ProgramGroup::size() const { return static_cast<int>(state_->programs.size()); }
 
 struct Program::Impl {
   // One buffer of a value: as its producer wrote it, or a copy converted into another layout.
@@ -373,7 +372,7 @@ struct Program::Impl {
       if (take_critical(member) || take_deferred(member)) continue;
       {
         std::lock_guard<std::mutex> lock(c.mutex);
-        if (c.cursor.load() >= static_cast<int>(steps.size()) && c.deferred_left == 0) return;
+        if (all_run()) return;
       }
       wait_for_work(c.epoch, epoch);
     }
@@ -434,7 +433,9 @@ struct Program::Impl {
           d = q;
       }
     }
-    return d >= 0 && (take(d, member), true);
+    if (d < 0) return false;
+    take(d, member);
+    return true;
   }
 
   // Runs a task of step p if one is left (see run_task_of). In a group, the last member to leave
@@ -497,11 +498,15 @@ struct Program::Impl {
   bool count_if_done() {
     Contended& c = *shared;
     if (group == nullptr || c.counted || c.busy.load(std::memory_order_acquire) != 0) return false;
-    if (!c.failed && (c.cursor.load() < static_cast<int>(steps.size()) || c.deferred_left > 0))
-      return false;
+    if (!c.failed && !all_run()) return false;
     c.counted = true;
     group->finished.fetch_add(1, std::memory_order_acq_rel);
     return true;
+  }
+
+  // With the mutex held: every step of the run is done.
+  bool all_run() const {
+    return shared->cursor.load() >= static_cast<int>(steps.size()) && shared->deferred_left == 0;
   }
 
   void wake_all() {

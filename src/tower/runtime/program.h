@@ -69,7 +69,6 @@ class ProgramGroup {
   ~ProgramGroup();
   ProgramGroup(const ProgramGroup&) = delete;
   ProgramGroup& operator=(const ProgramGroup&) = delete;
-  int size() const;
 
  private:
   friend class Program;

@@ -23,7 +23,7 @@ class ChunkedKernel : public Kernel {
         scratchpad_md_(built.scratchpad_md),
         args_(std::move(built.args)),
         chunks_(chunks),
-        threads_(chunks > 1 ? members : 1),
+        slots_(chunks > 1 ? members : 1),
         team_(team) {
     for (const Value& in : node.inputs) has_empty_input_ |= in.shape().numel() == 0;
   }
@@ -31,7 +31,7 @@ class ChunkedKernel : public Kernel {
   // oneDNN's scratchpad for each thread, then the sum outputs of chunks 1... (chunk 0 writes the
   // output itself).
   size_t scratch_bytes() const override {
-    size_t bytes = align64(scratchpad_md_.get_size()) * static_cast<size_t>(threads_);
+    size_t bytes = align64(scratchpad_md_.get_size()) * static_cast<size_t>(slots_);
     for (const Arg& arg : args_)
       if (arg.role == Role::sum) bytes += align64(arg.md.get_size()) * (chunks_ - 1);
     return bytes;
@@ -39,11 +39,11 @@ class ChunkedKernel : public Kernel {
   Layout input_layout(int i) const override { return layout_of(false, i); }
   Layout output_layout(int o) const override { return layout_of(true, o); }
 
-  // The arguments of chunk c run by thread t, at [c * threads_ + t].
+  // The arguments of chunk c run by thread t, at [c * slots_ + t].
   void bind(const KernelIO& io) override {
     char* scratch = static_cast<char*>(io.scratch);
-    char* partials = scratch + align64(scratchpad_md_.get_size()) * static_cast<size_t>(threads_);
-    chunk_args_.assign(static_cast<size_t>(chunks_ * threads_), {});
+    char* partials = scratch + align64(scratchpad_md_.get_size()) * static_cast<size_t>(slots_);
+    chunk_args_.assign(static_cast<size_t>(chunks_ * slots_), {});
     sums_.clear();
     for (const Arg& arg : args_) {
       const Tensor& t = arg.is_output ? io.outputs[static_cast<size_t>(arg.index)]
@@ -61,14 +61,14 @@ class ChunkedKernel : public Kernel {
           partials += align64(arg.md.get_size());
           sums_.back().partials.push_back(reinterpret_cast<const float*>(data));
         }
-        for (int th = 0; th < threads_; ++th)
-          chunk_args_[static_cast<size_t>(c * threads_ + th)][arg.dnnl_arg] =
+        for (int th = 0; th < slots_; ++th)
+          chunk_args_[static_cast<size_t>(c * slots_ + th)][arg.dnnl_arg] =
               dnnl::memory(arg.md, engine(), data);
       }
     }
     for (int c = 0; c < chunks_; ++c)
-      for (int th = 0; th < threads_; ++th)
-        add_scratchpad(chunk_args_[static_cast<size_t>(c * threads_ + th)], scratchpad_md_,
+      for (int th = 0; th < slots_; ++th)
+        add_scratchpad(chunk_args_[static_cast<size_t>(c * slots_ + th)], scratchpad_md_,
                        scratch + align64(scratchpad_md_.get_size()) * static_cast<size_t>(th));
   }
 
@@ -79,7 +79,7 @@ class ChunkedKernel : public Kernel {
   }
   void run_task(const KernelIO& io, int task, int member) override {
     if (chunks_ == 1 || has_empty_input_) return run(io);
-    execute(node_, prim_, chunk_args_[static_cast<size_t>(task * threads_ + member)]);
+    execute(node_, prim_, chunk_args_[static_cast<size_t>(task * slots_ + member)]);
   }
   void finish_tasks(const KernelIO& io) override {
     if (chunks_ > 1 && !has_empty_input_) add_partials();
@@ -102,8 +102,7 @@ class ChunkedKernel : public Kernel {
 #pragma omp parallel for num_threads(team_) schedule(dynamic, 1)
     for (int c = 0; c < chunks_; ++c) {
       try {
-        execute(node_, prim_,
-                chunk_args_[static_cast<size_t>(c * threads_ + omp_get_thread_num())]);
+        execute(node_, prim_, chunk_args_[static_cast<size_t>(c * slots_ + omp_get_thread_num())]);
       } catch (...) {
 #pragma omp critical(tower_conv_chunk_error)
         if (!error) error = std::current_exception();
@@ -146,8 +145,9 @@ class ChunkedKernel : public Kernel {
   dnnl::primitive prim_;
   memory::desc scratchpad_md_;
   std::vector<Arg> args_;
-  int chunks_, threads_;  // threads_: the members that run chunks (KernelContext::members)
-  int team_;              // the program's
+  int chunks_;
+  int slots_;  // with chunks: KernelContext::members, each with its scratchpad and arguments
+  int team_;   // the program's
   bool has_empty_input_ = false;
   std::vector<std::unordered_map<int, memory>> chunk_args_;
   std::vector<SumOutput> sums_;

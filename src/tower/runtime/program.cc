@@ -902,12 +902,13 @@ Program::Program(const Graph& graph, std::vector<Value> fetches, VariableStore& 
   if (const char* env = std::getenv("TOWER_FUSION"); env != nullptr && std::string(env) == "off")
     options.fuse = false;
   if (const char* env = std::getenv("TOWER_CONTENTION"); env != nullptr) {
+    // It replaces the automatic default; a program built with on or off keeps its mode.
     const std::string mode = env;
-    if (mode == "on") options.contention = ProgramOptions::Contention::on;
-    if (mode == "off") options.contention = ProgramOptions::Contention::off;
-    if (mode == "auto") options.contention = ProgramOptions::Contention::automatic;
     if (mode != "on" && mode != "off" && mode != "auto")
       fail("TOWER_CONTENTION={}: expected on, off or auto", mode);
+    if (options.contention == ProgramOptions::Contention::automatic && mode != "auto")
+      options.contention =
+          mode == "on" ? ProgramOptions::Contention::on : ProgramOptions::Contention::off;
   }
   if (options.precision == Precision::bf16 && options.device.kind == DeviceKind::cuda) {
     for (const CudaDeviceInfo& gpu : cuda_devices())

@@ -43,7 +43,7 @@ struct ProgramOptions {
   // when there is neither. automatic: contended while the team's threads waited for a core (their
   // scheduler statistics) for 15% of the step's time or more in each of the last two steps, back
   // to team mode after three steps under 5%. The environment variable TOWER_CONTENTION=on|off|auto
-  // overrides. Both modes give the same bits.
+  // replaces automatic (not an explicit on or off). Both modes give the same bits.
   enum class Contention { automatic, off, on };
   Contention contention = Contention::automatic;
   // One-thread CPU programs that run at the same time on threads of their own (a process's CPU

@@ -6,6 +6,7 @@
 
 #include "testing/gradient_check.h"
 #include "testing/kernel_runner.h"
+#include "tower/core/device.h"
 #include "tower/ops/conv.h"
 #include "tower/ops/lrn.h"
 #include "tower/ops/pool.h"
@@ -15,11 +16,14 @@ namespace {
 
 // The node's kernel for a team of `threads`, run whole and then as its tasks (last first): the
 // outputs' bytes must agree.
-void expect_tasks_cover_the_kernel(const Node& node, int threads) {
+void expect_tasks_cover_the_kernel(const Node& node, int threads,
+                                   Precision precision = Precision::fp32) {
   const KernelFactory* factory = find_kernel(node.op, DeviceKind::cpu);
   ASSERT_NE(factory, nullptr) << node.op;
   KernelThreadsScope scope(threads);
-  std::unique_ptr<Kernel> kernel = (*factory)(node, KernelContext{Device{}, threads});
+  KernelContext context{Device{}, threads};
+  context.precision = precision;
+  std::unique_ptr<Kernel> kernel = (*factory)(node, context);
   testing::Buffers buffers;
   KernelIO io;
   for (size_t i = 0; i < node.inputs.size(); ++i) {
@@ -44,7 +48,9 @@ void expect_tasks_cover_the_kernel(const Node& node, int threads) {
   }
   const int tasks = kernel->tasks();
   ASSERT_GE(tasks, 1) << node.op;
-  EXPECT_EQ(tasks > 1, threads > 1) << node.op << ": split on a team of " << threads;
+  if (precision == Precision::fp32) {
+    EXPECT_EQ(tasks > 1, threads > 1) << node.op << ": split on a team of " << threads;
+  }
   for (int task = tasks - 1; task >= 0; --task) kernel->run_task(io, task, task % threads);
   kernel->finish_tasks(io);
   for (size_t o = 0; o < io.outputs.size(); ++o)
@@ -67,6 +73,20 @@ TEST(KernelTasksTest, EveryTaskOnceGivesTheKernelsBits) {
       ops::conv2d_backprop_filter(s, x, dz, Shape{16, 16, 3, 3}, ops::Conv2DAttrs{})};
   for (const Value& v : nodes)
     for (int threads : {1, 2}) expect_tasks_cover_the_kernel(*v.node, threads);
+}
+
+// A bf16 filter gradient of 128 rows with its bias gradient: on a CPU with AMX, the forward-
+// convolution form in two chunks of 64 rows (on any team), else oneDNN's kernel in batch chunks.
+TEST(KernelTasksTest, Bf16FilterGradientTasksGiveTheKernelsBits) {
+  const CpuInfo cpu = cpu_info();
+  if (!cpu.avx512_bf16 && !cpu.amx) GTEST_SKIP() << "this CPU has no bf16 instructions";
+  Graph g;
+  Scope s(g);
+  Value x = s.placeholder("x", Shape{128, 16, 8, 8});
+  Value dz = s.placeholder("dz", Shape{128, 16, 8, 8});
+  const Value dw = ops::conv2d_backprop_filter(s, x, dz, Shape{16, 16, 5, 5},
+                                               ops::Conv2DAttrs{{1, 1}, ops::Padding::same});
+  for (int threads : {1, 2}) expect_tasks_cover_the_kernel(*dw.node, threads, Precision::bf16);
 }
 
 }  // namespace

@@ -131,6 +131,52 @@ TEST(PrecisionTest, Bf16KernelsMatchFp32KernelsForwardAndGradient) {
                                     run(c.graph, c.fetches, c.variables, c.feeds, Precision::bf16));
 }
 
+// The filter and bias gradients of sum(bias_add(conv(x, w), b) * r) in bf16 against fp32, on each
+// path of the CPU kernel (Conv2DBackpropFilter+BiasAddGrad): on a CPU with AMX, stride 1 and 16
+// input channels or more take the forward-convolution form, one chunk (4 rows) or two (128 rows,
+// added in order); 8 channels, strides and a batch of 96 (not a multiple of 64) take oneDNN's
+// backward-weights kernel.
+TEST(PrecisionTest, Bf16FilterGradientsMatchFp32OnEveryPath) {
+  struct Case {
+    Shape x, w;
+    ops::Conv2DAttrs attrs;
+  };
+  const Case cases[] = {
+      {Shape{4, 16, 12, 12}, Shape{8, 16, 3, 3}, {{1, 1}, ops::Padding::same}},
+      {Shape{128, 32, 8, 8}, Shape{16, 32, 5, 3}, {{1, 1}, ops::Padding::valid}},
+      {Shape{128, 16, 9, 7}, Shape{16, 16, 5, 5}, {{1, 1}, ops::Padding::same}},
+      {Shape{96, 16, 8, 8}, Shape{16, 16, 3, 3}, {{1, 1}, ops::Padding::same}},
+      {Shape{8, 8, 12, 12}, Shape{16, 8, 3, 3}, {{1, 1}, ops::Padding::same}},
+      {Shape{8, 16, 12, 12}, Shape{16, 16, 3, 3}, {{2, 2}, ops::Padding::same}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "x " << c.x.to_string() << ", w " << c.w.to_string()
+                                      << ", stride " << c.attrs.strides[0]);
+    Graph graph;
+    Scope s(graph);
+    Value x = s.placeholder("x", c.x);
+    Value w = s.get_variable("w", c.w, Initializer::he_normal());
+    Value b = s.get_variable("b", Shape{c.w[0]}, Initializer::glorot_uniform());
+    Value y = ops::bias_add(s, ops::conv2d(s, x, w, c.attrs), b);
+    Value r = s.placeholder("r", y.shape());
+    std::vector<Value> fetches = gradients(s, ops::reduce_sum(s, ops::mul(s, y, r)), {w, b});
+    VariableStore variables;
+    variables.initialize(graph, 3);
+    if (!bf16_or_its_error(graph, fetches, variables))
+      GTEST_SKIP() << "this CPU has no bf16 instructions (checked: the clear error)";
+    std::vector<std::pair<Value, Tensor>> feeds;
+    feeds.emplace_back(x, testing::random_tensor(x.shape(), 1));
+    feeds.emplace_back(r, testing::random_tensor(r.shape(), 2));
+    const std::vector<Tensor> fp32 = run(graph, fetches, variables, feeds, Precision::fp32);
+    const std::vector<Tensor> bf16 = run(graph, fetches, variables, feeds, Precision::bf16);
+    for (size_t i = 0; i < fp32.size(); ++i) {
+      const Difference d = difference(fp32[i], bf16[i]);
+      EXPECT_LT(d.max_relative, 2e-2) << (i == 0 ? "dw" : "db");
+      EXPECT_LT(d.l2_relative, 1e-2) << (i == 0 ? "dw" : "db");
+    }
+  }
+}
+
 // The same on a GPU (cuDNN's and cuBLAS's bf16 with f32 accumulation) against the CPU's fp32
 // kernels; a GPU older than compute capability 8.0 gives the clear error instead.
 TEST(PrecisionTest, GpuBf16KernelsMatchFp32KernelsForwardAndGradient) {

@@ -6,9 +6,11 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <span>
 #include <string>
 
 #include "testing/gradient_check.h"
+#include "testing/kernel_runner.h"
 #include "tower/core/device.h"
 #include "tower/graph/gradients.h"
 #include "tower/ops/activation.h"
@@ -240,6 +242,64 @@ TEST(LayoutTest, LrnOnChannelBlocksMatchesPlainWithNoConversions) {
         EXPECT_NE(op_of[k.node], op) << k.node << " was converted";
     }
     EXPECT_GT(reorders, 0);  // the images, the weights, the loss: the check above saw some
+  }
+}
+
+// `node`'s kernel given its inputs in `layout` (plain: as they are), on one thread; the outputs
+// plain. Checks that the kernel reads and writes that layout.
+std::vector<Tensor> run_in_layout(const Node& node, std::span<const Tensor> inputs,
+                                  const Layout& layout) {
+  KernelContext context{Device{}, 1};
+  context.input_layouts.assign(inputs.size(), layout);
+  std::unique_ptr<Kernel> kernel = (*find_kernel(node.op, DeviceKind::cpu))(node, context);
+  testing::Buffers buffers;
+  KernelIO io;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    EXPECT_EQ(kernel->input_layout(static_cast<int>(i)), layout) << node.op << " input " << i;
+    Tensor t = buffers.make(node.inputs[i].spec(), Layout{}, Device{});
+    t.copy_from(inputs[i]);
+    io.inputs.push_back(
+        testing::reorder(node.inputs[i], std::move(t), Layout{}, layout, Device{}, buffers));
+  }
+  EXPECT_EQ(kernel->output_layout(0), layout) << node.op;
+  io.outputs.push_back(buffers.make(node.outputs[0], layout, Device{}));
+  testing::run_kernel_once(*kernel, io, Device{});
+  Tensor plain = testing::reorder(Value{const_cast<Node*>(&node), 0}, io.outputs[0].view(), layout,
+                                  Layout{}, Device{}, buffers);
+  std::vector<Tensor> out;
+  out.push_back(plain.clone());
+  return out;
+}
+
+// LRN and LRNGrad read and write the layout a bf16 convolution writes (channels last with AMX,
+// nChw16c with AVX-512 alone) and give what they give on plain NCHW, for a window inside a vector
+// of 16 channels and one across vectors.
+TEST(LayoutTest, LrnReadsTheBf16ConvolutionsLayout) {
+  const CpuInfo cpu = cpu_info();
+  if (!cpu.avx512_bf16 && !cpu.amx) GTEST_SKIP() << "this CPU has no bf16 instructions";
+  Graph graph;
+  Scope s(graph);
+  Value x = s.placeholder("x", Shape{3, 48, 5, 7});
+  Value dy = s.placeholder("dy", Shape{3, 48, 5, 7});
+  Value w = s.get_variable("w", Shape{48, 48, 3, 3}, Initializer::he_normal());
+  Value y = ops::conv2d(s, x, w, {{1, 1}, ops::Padding::same});
+  KernelContext conv_context{Device{}, 1};
+  conv_context.precision = Precision::bf16;
+  const Layout layout =
+      (*find_kernel("Conv2D", DeviceKind::cpu))(*y.node, conv_context)->output_layout(0);
+  ASSERT_FALSE(layout.is_plain());
+  std::vector<Tensor> inputs;
+  inputs.push_back(testing::random_tensor(x.shape(), 3));
+  inputs.push_back(testing::random_tensor(dy.shape(), 4));
+  const std::span<const Tensor> x_only = std::span<const Tensor>(inputs).first(1);
+  for (const ops::LRNAttrs& a :
+       {ops::LRNAttrs{4, 1.0f, 0.001f / 9, 0.75f}, ops::LRNAttrs{9, 2.0f, 0.1f, 0.5f}}) {
+    SCOPED_TRACE(fmt::format("depth_radius {}", a.depth_radius));
+    const Value forward = ops::lrn(s, x, a), backward = ops::lrn_grad(s, x, dy, a);
+    expect_close(run_in_layout(*forward.node, x_only, Layout{}),
+                 run_in_layout(*forward.node, x_only, layout));
+    expect_close(run_in_layout(*backward.node, inputs, Layout{}),
+                 run_in_layout(*backward.node, inputs, layout));
   }
 }
 

@@ -7,11 +7,12 @@
 //   dx[c] = dy[c] d[c]^-beta - 2 alpha beta x[c] sum_{|c'-c| <= r} dy[c'] x[c'] d[c']^(-beta-1)
 // LRNGrad+ReluGrad (fused by the runtime when x is a ReLU's output) zeroes dx where x is not > 0.
 //
-// With AVX-512, x in channel blocks of 16 (nChw16c: what the convolutions and pooling around an
-// LRN read and write) is normalized in that layout, with no conversion on either side (8 of them
-// per cifar10 step, 2.4 ms on 2 cores): each pixel's channels are whole vectors, one per
-// block, and a window's sum adds the vector to its neighbours' lanes shifted in from the blocks on
-// either side (vpermt2ps), so the window is summed directly instead of by a running sum.
+// With AVX-512, x in channel blocks of 16 (nChw16c: what the AVX-512 convolutions and pooling
+// around an LRN read and write) or channels last (nhwc: what the AMX ones write) is normalized in
+// that layout, with no conversion on either side (8 of them per cifar10 step, 2.4 ms on 2 cores):
+// each pixel's channels are whole vectors of 16, and a window's sum adds the vector to its
+// neighbours' lanes shifted in from the vectors on either side (vpermt2ps), so the window is
+// summed directly instead of by a running sum.
 #include "tower/ops/lrn.h"
 
 #include <immintrin.h>
@@ -153,13 +154,14 @@ template <Exponent kExponent>
 
 constexpr int64_t kMaxBlocks = 64;  // channels <= 1024 for the blocked kernel
 
-// One image in channel blocks of 16 (`blocks` of them, `block_stride` floats apart, each `pixels`
-// vectors): y = LRN(x), or (dy given) dx (kRelu: times x > 0). Per pixel: the squares, then d and
-// d^-beta per block, then (backward) the window sums of dy x d^(-beta-1).
+// One image in channel blocks of 16 (`blocks` of them, `block_stride` floats apart; a pixel's
+// vectors `pixel_stride` floats apart): y = LRN(x), or (dy given) dx (kRelu: times x > 0). Per
+// pixel: the squares, then d and d^-beta per block, then (backward) the window sums of dy x
+// d^(-beta-1).
 template <bool kBackward, bool kRelu, Exponent kExponent>
 [[gnu::target("avx512f")]] TOWER_ALWAYS_INLINE void lrn_blocked_body(
     const float* x, const float* dy, float* out, int64_t blocks, int64_t pixels,
-    int64_t block_stride, const WindowShifts& w, const ops::LRNAttrs& a) {
+    int64_t block_stride, int64_t pixel_stride, const WindowShifts& w, const ops::LRNAttrs& a) {
   const __m512 bias = _mm512_set1_ps(a.bias), alpha = _mm512_set1_ps(a.alpha);
   const __m512 k = _mm512_set1_ps(2.0f * a.alpha * a.beta), zero = _mm512_setzero_ps();
   // Per block of the pixel; sq and t with a zero vector on either side.
@@ -167,7 +169,7 @@ template <bool kBackward, bool kRelu, Exponent kExponent>
   sq[0] = sq[blocks + 1] = t[0] = t[blocks + 1] = zero;
   for (int64_t i = 0; i < pixels; ++i) {
     for (int64_t b = 0; b < blocks; ++b) {
-      xs[b] = _mm512_loadu_ps(x + b * block_stride + i * 16);
+      xs[b] = _mm512_loadu_ps(x + b * block_stride + i * pixel_stride);
       sq[b + 1] = _mm512_mul_ps(xs[b], xs[b]);
     }
     for (int64_t b = 0; b < blocks; ++b) {
@@ -175,9 +177,9 @@ template <bool kBackward, bool kRelu, Exponent kExponent>
           _mm512_add_ps(bias, _mm512_mul_ps(alpha, window_sum16(sq[b], sq[b + 1], sq[b + 2], w)));
       p[b] = pow_neg16<kExponent>(d, a.beta);
       if constexpr (!kBackward) {
-        _mm512_storeu_ps(out + b * block_stride + i * 16, _mm512_mul_ps(xs[b], p[b]));
+        _mm512_storeu_ps(out + b * block_stride + i * pixel_stride, _mm512_mul_ps(xs[b], p[b]));
       } else {
-        const __m512 g = _mm512_loadu_ps(dy + b * block_stride + i * 16);
+        const __m512 g = _mm512_loadu_ps(dy + b * block_stride + i * pixel_stride);
         t[b + 1] = _mm512_div_ps(_mm512_mul_ps(_mm512_mul_ps(g, xs[b]), p[b]), d);
         p[b] = _mm512_mul_ps(g, p[b]);  // dy d^-beta
       }
@@ -188,7 +190,7 @@ template <bool kBackward, bool kRelu, Exponent kExponent>
                                                       window_sum16(t[b], t[b + 1], t[b + 2], w)));
         if constexpr (kRelu)
           dx = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(xs[b], zero, _CMP_GT_OQ), dx);
-        _mm512_storeu_ps(out + b * block_stride + i * 16, dx);
+        _mm512_storeu_ps(out + b * block_stride + i * pixel_stride, dx);
       }
     }
   }
@@ -197,19 +199,23 @@ template <bool kBackward, bool kRelu, Exponent kExponent>
 template <Exponent kExponent>
 [[gnu::target("avx512f")]] TOWER_ALWAYS_INLINE void lrn_blocked_exponent(
     const float* x, const float* dy, float* out, int64_t blocks, int64_t pixels,
-    int64_t block_stride, bool relu, const WindowShifts& w, const ops::LRNAttrs& a) {
+    int64_t block_stride, int64_t pixel_stride, bool relu, const WindowShifts& w,
+    const ops::LRNAttrs& a) {
   if (dy == nullptr)
-    lrn_blocked_body<false, false, kExponent>(x, dy, out, blocks, pixels, block_stride, w, a);
+    lrn_blocked_body<false, false, kExponent>(x, dy, out, blocks, pixels, block_stride,
+                                              pixel_stride, w, a);
   else if (relu)
-    lrn_blocked_body<true, true, kExponent>(x, dy, out, blocks, pixels, block_stride, w, a);
+    lrn_blocked_body<true, true, kExponent>(x, dy, out, blocks, pixels, block_stride, pixel_stride,
+                                            w, a);
   else
-    lrn_blocked_body<true, false, kExponent>(x, dy, out, blocks, pixels, block_stride, w, a);
+    lrn_blocked_body<true, false, kExponent>(x, dy, out, blocks, pixels, block_stride, pixel_stride,
+                                             w, a);
 }
 
 [[gnu::target("avx512f")]] void lrn_blocked_image(const float* x, const float* dy, float* out,
                                                   int64_t blocks, int64_t pixels,
-                                                  int64_t block_stride, bool relu,
-                                                  const ops::LRNAttrs& a) {
+                                                  int64_t block_stride, int64_t pixel_stride,
+                                                  bool relu, const ops::LRNAttrs& a) {
   WindowShifts w;
   w.radius = a.depth_radius;
   for (int k = 0; k <= 16; ++k) {
@@ -219,28 +225,42 @@ template <Exponent kExponent>
     w.down[k] = _mm512_load_si512(down);
   }
   if (a.beta == 0.75f)
-    lrn_blocked_exponent<Exponent::three_quarters>(x, dy, out, blocks, pixels, block_stride, relu,
-                                                   w, a);
+    lrn_blocked_exponent<Exponent::three_quarters>(x, dy, out, blocks, pixels, block_stride,
+                                                   pixel_stride, relu, w, a);
   else if (a.beta == 0.5f)
-    lrn_blocked_exponent<Exponent::half>(x, dy, out, blocks, pixels, block_stride, relu, w, a);
+    lrn_blocked_exponent<Exponent::half>(x, dy, out, blocks, pixels, block_stride, pixel_stride,
+                                         relu, w, a);
   else
-    lrn_blocked_exponent<Exponent::any>(x, dy, out, blocks, pixels, block_stride, relu, w, a);
+    lrn_blocked_exponent<Exponent::any>(x, dy, out, blocks, pixels, block_stride, pixel_stride,
+                                        relu, w, a);
 }
 
-// x's layout when the blocked kernel can read it: channels in whole blocks of 16 with each block's
-// pixels contiguous, a window that reaches only the next block, and AVX-512.
-std::optional<Layout> blocked_layout(const Shape& x, const Layout& incoming,
-                                     const ops::LRNAttrs& a) {
+// How the blocked kernel reads x: in vectors of 16 channels, `block_stride` floats apart within a
+// pixel, pixels `pixel_stride` floats apart.
+struct VectorLayout {
+  Layout layout;
+  int64_t block_stride = 0, pixel_stride = 0;
+};
+
+// x's layout when the blocked kernel can read it, with AVX-512 and a window that reaches only the
+// next vector: channels in whole blocks of 16 with each block's pixels contiguous (nChw16c, what
+// AVX-512 convolutions write), or channels last (nhwc, what AMX convolutions write) with a multiple
+// of 16 channels.
+std::optional<VectorLayout> blocked_layout(const Shape& x, const Layout& incoming,
+                                           const ops::LRNAttrs& a) {
   if (incoming.is_plain() || x.rank() != 4 || a.depth_radius > 16 || x[1] > 16 * kMaxBlocks ||
-      !cpu_info().avx512f)
+      x[1] % 16 != 0 || !cpu_info().avx512f)
     return std::nullopt;
   const dnnl::memory::desc md = md_of(x, incoming);
   const std::optional<ChannelBlocks> b = channel_blocks(md);
-  const int64_t pixels = x[2] * x[3];
-  if (!b || b->block != 16 || x[1] % 16 != 0 || b->strides[3] != 16 || b->strides[2] != 16 * x[3] ||
-      b->strides[1] != 16 * pixels || b->strides[0] != x[1] * pixels)
-    return std::nullopt;
-  return incoming;
+  const int64_t c = x[1], pixels = x[2] * x[3];
+  if (!b || b->strides[0] != c * pixels) return std::nullopt;
+  if (b->block == 16 && b->strides[3] == 16 && b->strides[2] == 16 * x[3] &&
+      b->strides[1] == 16 * pixels)
+    return VectorLayout{incoming, 16 * pixels, 16};
+  if (b->block == c && b->strides[3] == c && b->strides[2] == c * x[3])
+    return VectorLayout{incoming, 16, c};
+  return std::nullopt;
 }
 
 class LRNKernel : public Kernel {
@@ -261,8 +281,8 @@ class LRNKernel : public Kernel {
     return per_thread_ * sizeof(float) * static_cast<size_t>(members_);
   }
   // Every input and the output in x's layout: plain, or the blocks it came in.
-  Layout input_layout(int) const override { return blocked_ ? *blocked_ : Layout{}; }
-  Layout output_layout(int) const override { return blocked_ ? *blocked_ : Layout{}; }
+  Layout input_layout(int) const override { return blocked_ ? blocked_->layout : Layout{}; }
+  Layout output_layout(int) const override { return blocked_ ? blocked_->layout : Layout{}; }
 
   // Images in kTasks ranges (one when a single thread runs it).
   int tasks() const override { return members_ > 1 ? kTasks : 1; }
@@ -285,8 +305,8 @@ class LRNKernel : public Kernel {
     for (int64_t n = begin; n < end; ++n) {
       const float* g = backward_ ? dy + n * image : nullptr;
       if (blocked_) {
-        lrn_blocked_image(x + n * image, g, out + n * image, channels_ / 16, plane_, plane_ * 16,
-                          relu_, attrs_);
+        lrn_blocked_image(x + n * image, g, out + n * image, channels_ / 16, plane_,
+                          blocked_->block_stride, blocked_->pixel_stride, relu_, attrs_);
         continue;
       }
       const int slot = member < 0 ? omp_get_thread_num() : member;
@@ -301,8 +321,8 @@ class LRNKernel : public Kernel {
   bool backward_, relu_;
   int64_t batch_ = 0, channels_ = 0, plane_ = 0;
   size_t per_thread_ = 0;
-  int team_ = 1, members_ = 1;     // KernelContext::num_threads and members
-  std::optional<Layout> blocked_;  // channel blocks of 16 (blocked_lrn_image), else plain
+  int team_ = 1, members_ = 1;           // KernelContext::num_threads and members
+  std::optional<VectorLayout> blocked_;  // vectors of 16 channels (lrn_blocked_image), else plain
 };
 
 KernelRegistrar lrn_kernel{

@@ -111,6 +111,9 @@ ProgramGroup::ProgramGroup(int size) : state_(std::make_unique<State>(size)) {
 ProgramGroup::~ProgramGroup() = default;
 
 struct Program::Impl {
+  // Contended mode runs a step only when every step more than kWindow - 1 before it is done.
+  static constexpr int kWindow = 3;
+
   // One buffer of a value: as its producer wrote it, or a copy converted into another layout.
   struct Buffer {
     Value value;
@@ -148,6 +151,8 @@ struct Program::Impl {
     std::mutex mutex;                // guards the rest
     std::vector<int> waiting;        // per step: deferrable inputs not yet written
     std::vector<char> reached;       // per step: the critical path has passed it
+    std::vector<char> finished;      // per step: done
+    std::atomic<int> prefix{0};      // the steps before it are all done (kWindow)
     std::deque<int> ready;           // deferrable steps whose tasks may be taken
     int deferred_left = 0;           // deferrable steps not finished
     std::exception_ptr error;
@@ -180,6 +185,9 @@ struct Program::Impl {
   ProgramGroup::State* group = nullptr;  // options.group's
   int64_t runs = 0;                      // in a group: the rounds so far
   bool taskable = false;  // contended mode may run: a CPU program whose kernels all have tasks
+
+  // Contended mode may run (mark_deferrable decides): the memory plan allows for it.
+  bool contendable_plan() const { return taskable && (stats.deferrable > 0 || group != nullptr); }
 
   // The threads that may take this program's tasks (KernelContext::members).
   int members() const {
@@ -345,7 +353,9 @@ struct Program::Impl {
       c.done[p] = 0;
       c.waiting[p] = steps[p].deferred_inputs;
       c.reached[p] = 0;
+      c.finished[p] = 0;
     }
+    c.prefix = 0;
     c.ready.clear();
     std::lock_guard<std::mutex> lock(c.mutex);
     c.counted = false;
@@ -415,7 +425,7 @@ struct Program::Impl {
     Contended& c = *shared;
     if (c.failed.load(std::memory_order_acquire)) return false;
     const int p = c.cursor.load(std::memory_order_acquire);
-    return p < static_cast<int>(steps.size()) && take(p, member);
+    return p < static_cast<int>(steps.size()) && in_window(p) && take(p, member);
   }
 
   // Runs a task of a deferrable step that may run, if one is left.
@@ -425,11 +435,13 @@ struct Program::Impl {
     int d = -1;
     {
       std::lock_guard<std::mutex> lock(c.mutex);
-      while (!c.ready.empty() && d < 0) {
-        const int q = c.ready.front();
-        if (c.taken[static_cast<size_t>(q)].load() >= steps[static_cast<size_t>(q)].tasks)
-          c.ready.pop_front();
-        else
+      while (!c.ready.empty() && c.taken[static_cast<size_t>(c.ready.front())].load() >=
+                                     steps[static_cast<size_t>(c.ready.front())].tasks)
+        c.ready.pop_front();
+      for (size_t i = 0; i < c.ready.size() && d < 0; ++i) {
+        const int q = c.ready[i];
+        if (in_window(q) &&
+            c.taken[static_cast<size_t>(q)].load() < steps[static_cast<size_t>(q)].tasks)
           d = q;
       }
     }
@@ -470,6 +482,11 @@ struct Program::Impl {
       s.kernel->finish_tasks(s.io);
       {
         std::lock_guard<std::mutex> lock(c.mutex);
+        c.finished[static_cast<size_t>(p)] = 1;
+        int prefix = c.prefix.load(std::memory_order_relaxed);
+        while (prefix < static_cast<int>(steps.size()) && c.finished[static_cast<size_t>(prefix)])
+          ++prefix;
+        c.prefix.store(prefix, std::memory_order_release);
         if (s.deferrable) {
           --c.deferred_left;
           for (int r : s.deferred_readers)
@@ -491,6 +508,12 @@ struct Program::Impl {
       wake_all();
     }
     return true;
+  }
+
+  // Step p may start: every step more than kWindow - 1 before it is done, so that the memory plan
+  // may give a buffer read by step r to steps from r + kWindow on (plan_memory).
+  bool in_window(int p) const {
+    return p < shared->prefix.load(std::memory_order_acquire) + kWindow;
   }
 
   // With the mutex held: in a group, counts this program done for the round once every step has
@@ -806,14 +829,16 @@ struct Program::Impl {
   }
 
   // 3. Memory plan: one block per buffer and per scratchpad, alive from its producer to its last
-  // reader (fetches to the end of the step), placed in one arena.
+  // reader (plus kWindow - 1 steps where contended mode may run; fetches to the end of the step),
+  // placed in one arena.
   void plan_memory() {
     const int end = static_cast<int>(steps.size());
+    const int window = contendable_plan() ? kWindow : 1;
     scratch_blocks.assign(steps.size(), Block{});
     for (int p = 0; p < end; ++p) {
       const Step& step = steps[static_cast<size_t>(p)];
-      // A deferrable step may run as late as the end, beside any other step.
-      const int last = step.deferrable ? end : p;
+      // In contended mode a step may run beside the kWindow - 1 steps after it (in_window).
+      const int last = std::min(p + window - 1, end);
       for (int b : step.inputs) {
         Block& block = buffers[static_cast<size_t>(b)].block;
         block.last = std::max(block.last, last);
@@ -950,12 +975,13 @@ Program::Program(const Graph& graph, std::vector<Value> fetches, VariableStore& 
   m.mark_deferrable();
   m.plan_memory();
   m.bind_kernels();
-  if (m.taskable && (m.stats.deferrable > 0 || m.group != nullptr)) {
+  if (m.contendable_plan()) {
     m.shared = std::make_unique<Impl::Contended>();
     m.shared->taken = std::make_unique<std::atomic<int>[]>(m.steps.size());
     m.shared->done = std::make_unique<std::atomic<int>[]>(m.steps.size());
     m.shared->waiting.resize(m.steps.size());
     m.shared->reached.resize(m.steps.size());
+    m.shared->finished.resize(m.steps.size());
   }
 }
 

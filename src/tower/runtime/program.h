@@ -39,11 +39,13 @@ struct ProgramOptions {
   // the thread that waits for it holds up every kernel. In contended mode the team's threads take
   // tasks (Kernel::tasks: chunks of batch rows, or whole kernels) from the kernel on the critical
   // path, and when none is left there, from the weight gradients, which nothing in the step reads
-  // (deferred: the memory plan keeps their inputs to the end of the step); a thread waits only
-  // when there is neither. automatic: contended while the team's threads waited for a core (their
-  // scheduler statistics) for 15% of the step's time or more in each of the last two steps, back
-  // to team mode after three steps under 5%. The environment variable TOWER_CONTENTION=on|off|auto
-  // replaces automatic (not an explicit on or off). Both modes give the same bits.
+  // (deferred); a thread waits only when there is neither. A step starts only once every step
+  // more than two before it (in program order) is done, so the memory plan keeps a buffer for
+  // two steps after its last reader, not to the end of the step. automatic: contended while the
+  // team's threads waited for a core (their scheduler statistics) for 15% of the step's time or
+  // more in each of the last two steps, back to team mode after three steps under 5%. The
+  // environment variable TOWER_CONTENTION=on|off|auto replaces automatic (not an explicit on or
+  // off). Both modes give the same bits.
   enum class Contention { automatic, off, on };
   Contention contention = Contention::automatic;
   // One-thread CPU programs that run at the same time on threads of their own (a process's CPU

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "testing/gradient_check.h"
+#include "testing/kernel_runner.h"
 #include "tower/core/philox.h"
 #include "tower/graph/gradients.h"
 #include "tower/models/model.h"
@@ -157,7 +158,7 @@ std::vector<std::vector<float>> run_steps(TrainingGraph& t, const Problem& p,
 
 void expect_contended_mode_keeps_the_bits(const std::string& model, const Shape& example,
                                           bool contendable) {
-  const bool bf16 = cpu_info().avx512_bf16 || cpu_info().amx;
+  const bool bf16 = testing::cpu_has_bf16();
   for (Precision precision : {Precision::fp32, Precision::bf16}) {
     if (precision == Precision::bf16 && !bf16) continue;
     TrainingGraph t(model, example, 64, 10, 3);

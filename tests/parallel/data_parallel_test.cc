@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "testing/gradient_check.h"
+#include "testing/kernel_runner.h"
 #include "tower/core/allocator.h"
 #include "tower/core/philox.h"
 #include "tower/models/model.h"
@@ -297,7 +298,7 @@ TEST(DataParallelTest, TowerGroupKeepsItsBitsInContendedMode) {
     int towers;
     int64_t batch;
   };
-  const bool bf16 = cpu_info().avx512_bf16 || cpu_info().amx;
+  const bool bf16 = testing::cpu_has_bf16();
   for (const Case& c :
        {Case{"cifar10", Shape{3, 24, 24}, 2, 128}, Case{"lenet", {1, 28, 28}, 3, 94}})
     for (Precision precision : {Precision::fp32, Precision::bf16}) {

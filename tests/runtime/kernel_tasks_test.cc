@@ -78,8 +78,7 @@ TEST(KernelTasksTest, EveryTaskOnceGivesTheKernelsBits) {
 // A bf16 filter gradient of 128 rows with its bias gradient: on a CPU with AMX, the forward-
 // convolution form in two chunks of 64 rows (on any team), else oneDNN's kernel in batch chunks.
 TEST(KernelTasksTest, Bf16FilterGradientTasksGiveTheKernelsBits) {
-  const CpuInfo cpu = cpu_info();
-  if (!cpu.avx512_bf16 && !cpu.amx) GTEST_SKIP() << "this CPU has no bf16 instructions";
+  if (!testing::cpu_has_bf16()) GTEST_SKIP() << "this CPU has no bf16 instructions";
   Graph g;
   Scope s(g);
   Value x = s.placeholder("x", Shape{128, 16, 8, 8});

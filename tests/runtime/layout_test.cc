@@ -275,8 +275,7 @@ std::vector<Tensor> run_in_layout(const Node& node, std::span<const Tensor> inpu
 // nChw16c with AVX-512 alone) and give what they give on plain NCHW, for a window inside a vector
 // of 16 channels and one across vectors.
 TEST(LayoutTest, LrnReadsTheBf16ConvolutionsLayout) {
-  const CpuInfo cpu = cpu_info();
-  if (!cpu.avx512_bf16 && !cpu.amx) GTEST_SKIP() << "this CPU has no bf16 instructions";
+  if (!testing::cpu_has_bf16()) GTEST_SKIP() << "this CPU has no bf16 instructions";
   Graph graph;
   Scope s(graph);
   Value x = s.placeholder("x", Shape{3, 48, 5, 7});

@@ -21,11 +21,6 @@
 namespace tower {
 namespace {
 
-bool cpu_has_bf16() {
-  const CpuInfo cpu = cpu_info();
-  return cpu.avx512_bf16 || cpu.amx;
-}
-
 std::vector<Tensor> run(const Graph& graph, const std::vector<Value>& fetches,
                         VariableStore& variables,
                         const std::vector<std::pair<Value, Tensor>>& feeds, Precision precision,
@@ -65,7 +60,7 @@ Difference difference(const Tensor& fp32, const Tensor& bf16) {
 // The clear error a CPU without bf16 instructions gives; true when the test can go on.
 bool bf16_or_its_error(const Graph& graph, const std::vector<Value>& fetches,
                        VariableStore& variables) {
-  if (cpu_has_bf16()) return true;
+  if (testing::cpu_has_bf16()) return true;
   ProgramOptions options{Device{}, 2};
   options.precision = Precision::bf16;
   try {

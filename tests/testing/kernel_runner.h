@@ -86,6 +86,12 @@ inline std::vector<Tensor> run_kernel(const Node& node, Device device,
   return out;
 }
 
+// The CPU multiplies bf16 (--precision bf16 runs).
+inline bool cpu_has_bf16() {
+  const CpuInfo cpu = cpu_info();
+  return cpu.avx512_bf16 || cpu.amx;
+}
+
 // Labels in [0, classes), fixed by the seed.
 inline Tensor random_labels(const Shape& shape, uint64_t seed, int32_t classes) {
   Tensor t(shape, DType::i32);

@@ -1,7 +1,8 @@
 // Conv2D and its adjoints with oneDNN. The primitives pick their own (blocked) layouts
 // (format_tag::any), which are much faster than plain NCHW for direct convolution, and declare
 // them as their input and output layouts: the runtime reorders only where a neighbour differs.
-// On a team of threads they run in batch chunks (chunks.h).
+// On a team of threads they run in batch chunks (chunks.h). In bf16 on AMX the filter gradient
+// runs as a forward convolution instead (FilterGradAsForward).
 #include "tower/ops/conv.h"
 
 #include <omp.h>

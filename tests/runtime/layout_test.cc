@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <span>
 #include <string>
@@ -169,6 +170,39 @@ TEST(LayoutTest, MatMulChainsFuseUnlessAValueIsReadElsewhere) {
   with_pre.push_back(pre);
   run(with_pre, true, &fetched);
   EXPECT_EQ(fetched.fused_nodes, 2);  // MatMul+BiasAdd, then Relu; and the second chain
+}
+
+// A weight decay term (the gradient of wd * L2Loss(w): w times a scalar) and the gradient it is
+// added to become one kernel (Mul+AddN), whose result has the bits of the two; not when the
+// term is also read elsewhere (here: fetched).
+TEST(LayoutTest, WeightDecayFusesIntoTheGradientSum) {
+  Graph graph;
+  Scope s(graph);
+  Value x = s.placeholder("x", Shape{8, 20});
+  Value w = s.get_variable("w", Shape{20, 5}, Initializer::he_normal());
+  Value loss =
+      ops::add(s, ops::l2_loss(s, ops::matmul(s, x, w)), ops::scale(s, ops::l2_loss(s, w), 0.004f));
+  std::vector<Value> fetches = {loss, gradients(s, loss, {w})[0]};
+  VariableStore variables;
+  variables.initialize(graph, 6);
+  const Tensor input = testing::random_tensor(Shape{8, 20}, 2);
+  auto run = [&](const std::vector<Value>& f, bool fuse, ProgramStats* stats) {
+    return run_program(graph, f, variables, {Device{}, 2, true, fuse}, x, input, stats);
+  };
+  ProgramStats separate, fused, fetched;
+  const std::vector<Tensor> a = run(fetches, false, &separate), b = run(fetches, true, &fused);
+  EXPECT_EQ(fused.fused_nodes, 1);
+  EXPECT_EQ(fused.num_kernels, separate.num_kernels - 1);
+  ASSERT_EQ(a[1].numel(), b[1].numel());
+  EXPECT_EQ(std::memcmp(a[1].raw_data(), b[1].raw_data(), a[1].nbytes()), 0);
+  const Node* term = nullptr;  // the Mul that the AddN reads
+  for (const auto& node : graph.nodes())
+    if (node->op == "Mul") term = node.get();
+  ASSERT_NE(term, nullptr);
+  std::vector<Value> with_term = fetches;
+  with_term.push_back(Value{const_cast<Node*>(term), 0});
+  run(with_term, true, &fetched);
+  EXPECT_EQ(fetched.fused_nodes, 0);
 }
 
 // LRN after a ReLU: its gradient takes the ReLU gradient (LRNGrad+ReluGrad, zero where the ReLU's

@@ -584,8 +584,9 @@ struct Program::Impl {
   // 1b. Fusion: chains that one kernel computes become one node, built in place of the chain's
   // last node (all the chain's inputs exist by then: node ids are topological), when every value
   // of the chain but the last is read only by the next node and not fetched, and the device has a
-  // kernel for the chain: Conv2D or MatMul -> BiasAdd [-> Relu] (bias and ReLU as post-ops), and
-  // MaxPoolGrad or LRNGrad -> ReluGrad where the ReLU's output is what was pooled or normalized.
+  // kernel for the chain: Conv2D or MatMul -> BiasAdd [-> Relu] (bias and ReLU as post-ops),
+  // MaxPoolGrad or LRNGrad -> ReluGrad where the ReLU's output is what was pooled or normalized,
+  // and Mul by a scalar -> AddN of two (a weight decay term added to the weight's gradient).
   // Siblings too: Conv2DBackpropFilter and BiasAddGrad of the same dy become one kernel with both
   // outputs (oneDNN's weight gradient sums the bias gradient as it goes), built in place of the
   // later of the two.
@@ -623,6 +624,11 @@ struct Program::Impl {
             relu_grad->inputs[1] != first.inputs[0])
           continue;
         chain.push_back(relu_grad);
+      } else if (first.op == "Mul" && first.inputs[1].shape().numel() == 1 &&
+                 first.inputs[0].shape() == first.outputs[0].shape) {
+        const Node* add = next(out(&first));  // a weight decay term added to a gradient
+        if (add == nullptr || add->op != "AddN" || add->inputs.size() != 2) continue;
+        chain.push_back(add);
       } else {
         continue;
       }
@@ -631,8 +637,8 @@ struct Program::Impl {
       fused_node->inputs = first.inputs;
       for (size_t i = 1; i < chain.size(); ++i) {
         fused_node->op += "+" + chain[i]->op;
-        const auto& in = chain[i]->inputs;  // all but the value from the chain
-        fused_node->inputs.insert(fused_node->inputs.end(), in.begin() + 1, in.end());
+        for (const Value& in : chain[i]->inputs)  // all but the value from the chain
+          if (in != out(chain[i - 1])) fused_node->inputs.push_back(in);
       }
       fused_node->attrs = first.attrs;
       if (find_kernel(fused_node->op, options.device.kind) == nullptr) continue;

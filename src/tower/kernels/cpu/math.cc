@@ -150,6 +150,21 @@ KernelRegistrar mul_kernel{"Mul", DeviceKind::cpu,
                            simple_kernel([](const Node&, const KernelIO& io) {
                              binary(io, [](float a, float b) { return a * b; });
                            })};
+// Mul+AddN, the runtime's fusion of a weight decay term x * s (s a scalar) with the gradient g
+// it is added to: inputs (x, s, g) -> g + x * s in one pass, with Mul's and AddN's roundings.
+KernelRegistrar mul_add_n_kernel{
+    "Mul+AddN", DeviceKind::cpu, simple_kernel([](const Node&, const KernelIO& io) {
+      const float* x = io.inputs[0].data<float>();
+      const float s = io.inputs[1].data<float>()[0];
+      const float* g = io.inputs[2].data<float>();
+      float* y = output(io);
+      for_blocks(io.outputs[0].numel(), [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          const float decay = x[i] * s;
+          y[i] = g[i] + decay;
+        }
+      });
+    })};
 KernelRegistrar scale_kernel{"Scale", DeviceKind::cpu,
                              simple_kernel([](const Node& node, const KernelIO& io) {
                                float factor = node.attr<ops::ScaleAttrs>().factor;

@@ -9,11 +9,13 @@ namespace {
 
 void run_devices(int num_devices) {
   CpuInfo cpu = cpu_info();
-  std::string isa = cpu.avx512f ? "AVX-512" : cpu.avx2 ? "AVX2" : "SSE";
-  if (cpu.avx512_bf16) isa += ", bf16";
-  if (cpu.amx) isa += ", AMX";
-  fmt::print("CPU: {} ({} cores, {})\n", cpu.model_name.empty() ? "unknown" : cpu.model_name,
-             cpu.num_cores, isa);
+  fmt::print("CPU: {} ({} cores)\n", cpu.model_name.empty() ? "unknown" : cpu.model_name,
+             cpu.num_cores);
+  // Each level sums in its own order: the same bits need the same level (README).
+  fmt::print(
+      "kernels: {} (the CPU's own: {}; cap with TOWER_MAX_CPU_ISA=avx2|avx512|"
+      "avx512_bf16|amx)\n",
+      cpu_isa_name(cpu_isa()), cpu_isa_name(cpu_native_isa()));
   int n = num_devices > 0 ? num_devices : cpu.num_cores;
   std::vector<int> threads = split_cores(cpu.num_cores, n);
   for (int i = 0; i < n; ++i)

@@ -2,8 +2,12 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
+#include <cctype>
 #include <charconv>
+#include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "tower/core/error.h"
@@ -52,31 +56,118 @@ std::vector<Device> parse_device_list(std::string_view text) {
   return devices;
 }
 
+namespace {
+
+struct CpuModel {
+  std::string name;
+  CpuIsa isa = CpuIsa::baseline;
+};
+
+CpuModel read_cpu_model() {
+  CpuModel model;
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  bool avx2 = false, fma = false, bf16 = false, amx = false;
+  int avx512_parts = 0;
+  while (std::getline(in, line)) {
+    if (model.name.empty() && line.rfind("model name", 0) == 0) {
+      auto p = line.find(':');
+      if (p != std::string::npos) model.name = line.substr(p + 2);
+    }
+    if (line.rfind("flags", 0) == 0) {
+      std::istringstream words(line.substr(line.find(':') + 1));
+      std::string w;
+      while (words >> w) {
+        avx2 |= w == "avx2";
+        fma |= w == "fma";
+        // oneDNN's avx512_core: F, BW, VL and DQ.
+        avx512_parts += w == "avx512f" || w == "avx512bw" || w == "avx512vl" || w == "avx512dq";
+        bf16 |= w == "avx512_bf16";
+        amx |= w == "amx_tile";
+      }
+      break;
+    }
+  }
+  const bool avx512 = avx512_parts == 4;
+  if (avx2 && fma) model.isa = CpuIsa::avx2;
+  if (model.isa == CpuIsa::avx2 && avx512) model.isa = CpuIsa::avx512;
+  if (model.isa == CpuIsa::avx512 && bf16) model.isa = CpuIsa::avx512_bf16;
+  if (model.isa == CpuIsa::avx512_bf16 && amx) model.isa = CpuIsa::amx;
+  return model;
+}
+
+const CpuModel& cpu_model() {
+  static const CpuModel model = read_cpu_model();
+  return model;
+}
+
+constexpr CpuIsa kLevels[] = {CpuIsa::baseline, CpuIsa::avx2, CpuIsa::avx512, CpuIsa::avx512_bf16,
+                              CpuIsa::amx};
+
+// The cap that the environment sets, if any.
+std::optional<CpuIsa> isa_cap() {
+  if (const char* v = std::getenv("TOWER_MAX_CPU_ISA"); v != nullptr && *v != '\0') {
+    std::string text(v);
+    for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    for (CpuIsa isa : kLevels)
+      if (text == cpu_isa_name(isa)) return isa;
+    fail("TOWER_MAX_CPU_ISA={}: expected one of avx2, avx512, avx512_bf16, amx (or baseline)", v);
+  }
+  // oneDNN's own switch caps its kernels; tower's follow it (unknown values: no cap, as oneDNN).
+  for (const char* name : {"ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"}) {
+    const char* v = std::getenv(name);
+    if (v == nullptr || *v == '\0') continue;
+    std::string text(v);
+    for (char& c : text) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    if (text == "SSE41" || text == "AVX") return CpuIsa::baseline;
+    if (text.rfind("AVX2", 0) == 0) return CpuIsa::avx2;
+    if (text == "AVX512_CORE" || text == "AVX512_CORE_VNNI") return CpuIsa::avx512;
+    if (text == "AVX512_CORE_BF16") return CpuIsa::avx512_bf16;
+    return std::nullopt;  // ALL, AMX levels, and names of other CPUs
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::string_view cpu_isa_name(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::baseline:
+      return "baseline";
+    case CpuIsa::avx2:
+      return "avx2";
+    case CpuIsa::avx512:
+      return "avx512";
+    case CpuIsa::avx512_bf16:
+      return "avx512_bf16";
+    case CpuIsa::amx:
+      return "amx";
+  }
+  return "?";
+}
+
+CpuIsa cpu_native_isa() { return cpu_model().isa; }
+
+CpuIsa cpu_isa() {
+  static const CpuIsa isa = [] {
+    const std::optional<CpuIsa> cap = isa_cap();
+    return cap ? std::min(*cap, cpu_native_isa()) : cpu_native_isa();
+  }();
+  return isa;
+}
+
 CpuInfo cpu_info() {
   CpuInfo info;
   info.num_cores = 0;
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof(set), &set) == 0) info.num_cores = CPU_COUNT(&set);
   if (info.num_cores <= 0) info.num_cores = 1;
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (info.model_name.empty() && line.rfind("model name", 0) == 0) {
-      auto p = line.find(':');
-      if (p != std::string::npos) info.model_name = line.substr(p + 2);
-    }
-    if (line.rfind("flags", 0) == 0) {
-      std::istringstream words(line.substr(line.find(':') + 1));
-      std::string w;
-      while (words >> w) {
-        info.avx2 |= w == "avx2";
-        info.avx512f |= w == "avx512f";
-        info.avx512_bf16 |= w == "avx512_bf16";
-        info.amx |= w == "amx_tile";
-      }
-      break;
-    }
-  }
+  info.model_name = cpu_model().name;
+  const CpuIsa isa = cpu_isa();
+  info.avx2 = isa >= CpuIsa::avx2;
+  info.avx512f = isa >= CpuIsa::avx512;
+  info.avx512_bf16 = isa >= CpuIsa::avx512_bf16;
+  info.amx = isa >= CpuIsa::amx;
   return info;
 }
 

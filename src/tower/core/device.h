@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -21,7 +22,17 @@ struct Device {
 // Parses "cpu:0,cpu:1" into devices; throws naming the bad entry.
 std::vector<Device> parse_device_list(std::string_view text);
 
-// What the machine offers.
+// The x86 instruction-set levels that the CPU kernels tell apart, in order. Each level's kernels
+// sum in their own order, so bits are the same only on the same level.
+enum class CpuIsa : uint8_t { baseline, avx2, avx512, avx512_bf16, amx };
+std::string_view cpu_isa_name(CpuIsa isa);  // "avx2", "avx512", ..., as TOWER_MAX_CPU_ISA takes
+// The level the kernels use: the CPU's own, capped by TOWER_MAX_CPU_ISA=avx2|avx512|avx512_bf16|
+// amx (or, without it, by oneDNN's ONEDNN_MAX_CPU_ISA), so that one machine runs the kernels of a
+// smaller one, oneDNN's and tower's own alike. Read once per process; a bad value is an Error.
+CpuIsa cpu_isa();
+CpuIsa cpu_native_isa();  // the CPU's own level, uncapped
+
+// What the machine offers. The instruction-set flags are those of cpu_isa() (capped).
 struct CpuInfo {
   int num_cores = 1;       // hardware threads tower may use
   std::string model_name;  // from /proc/cpuinfo, or "" if unknown

@@ -20,7 +20,8 @@ namespace tower::cpu {
 // batch chunks), which the kernel declares as the tensor's layout, so the runtime hands the tensor
 // over in it. A `rows` argument is cut into chunks of rows (the batch must be outermost in
 // memory); a `sum` output is the sum of the chunks' results; a `whole` one is read whole by every
-// chunk.
+// chunk. `layout_md`, when set, is the tensor's own layout where `md` views the same bytes another
+// way (a matmul operand read transposed): the kernel declares it instead of `md`.
 enum class Role { whole, rows, sum };
 struct Arg {
   int dnnl_arg = 0;
@@ -29,6 +30,7 @@ struct Arg {
   Shape shape;    // the whole tensor's
   dnnl::memory::desc md;
   Role role = Role::whole;
+  std::optional<dnnl::memory::desc> layout_md;
 };
 Arg input_arg(int dnnl_arg, int index, const Shape& shape, const dnnl::memory::desc& md,
               Role role = Role::whole);

@@ -1,20 +1,27 @@
-// Hand-written CPU loops compiled several times, for AVX-512, AVX2 and the baseline, the CPU
-// picking one when the program loads (the build itself targets the baseline x86-64). Put
-// TOWER_CPU_CLONES on a plain (non-template) function; the templates it calls should be
-// [[gnu::always_inline]] so that they are compiled into each clone.
+// Hand-written CPU loops compiled several times, for AVX-512, AVX2 and the baseline (the build
+// itself targets the baseline x86-64), the one to run picked by cpu_isa(): the CPU's own level,
+// or the smaller one that TOWER_MAX_CPU_ISA asks for, as oneDNN's kernels are. Write the loop as
+// a [[gnu::always_inline]] function NAME_body (and the templates it calls likewise, so that they
+// are compiled into each variant), then TOWER_CPU_VARIANTS(NAME, (params), (args)) defines the
+// variants and `void NAME(params)`, which calls the one of the process's level.
 #pragma once
-
-// ThreadSanitizer's runtime is not up yet when the dynamic loader runs the clones' resolver (it
-// crashes at start-up), so tsan builds compile one generic version.
-#if defined(__SANITIZE_THREAD__)
-#define TOWER_CPU_CLONES
-#else
-#define TOWER_CPU_CLONES [[gnu::target_clones("avx512f", "avx2", "default")]]
-#endif
-#define TOWER_ALWAYS_INLINE [[gnu::always_inline]] inline
 
 #include <cstdint>
 #include <cstring>
+
+#include "tower/core/device.h"
+
+#define TOWER_ALWAYS_INLINE [[gnu::always_inline]] inline
+#define TOWER_CPU_VARIANTS(name, params, args)                                                   \
+  [[gnu::target("avx512f")]] void name##_avx512 params { name##_body args; }                     \
+  [[gnu::target("avx2")]] void name##_avx2 params { name##_body args; }                          \
+  void name##_baseline params { name##_body args; }                                              \
+  void name params {                                                                             \
+    static const auto variant = ::tower::cpu_isa() >= ::tower::CpuIsa::avx512 ? name##_avx512    \
+                                : ::tower::cpu_isa() >= ::tower::CpuIsa::avx2 ? name##_avx2      \
+                                                                              : name##_baseline; \
+    variant args;                                                                                \
+  }
 
 namespace tower::cpu {
 

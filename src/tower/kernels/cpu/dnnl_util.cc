@@ -1,9 +1,31 @@
 #include "tower/kernels/cpu/dnnl_util.h"
 
+#include "tower/core/device.h"
+
 namespace tower::cpu {
 
+namespace {
+// oneDNN dispatches to the level that tower's own kernels use (cpu_isa(), TOWER_MAX_CPU_ISA), set
+// before its first primitive.
+void cap_dnnl_isa() {
+  const CpuIsa isa = cpu_isa();
+  if (isa == cpu_native_isa()) return;
+  const dnnl::cpu_isa caps[] = {dnnl::cpu_isa::sse41, dnnl::cpu_isa::avx2,
+                                dnnl::cpu_isa::avx512_core, dnnl::cpu_isa::avx512_core_bf16,
+                                dnnl::cpu_isa::avx512_core_amx};
+  try {
+    dnnl::set_max_cpu_isa(caps[static_cast<int>(isa)]);
+  } catch (const dnnl::error& e) {
+    fail("cannot cap oneDNN's instruction set at {}: {}", cpu_isa_name(isa), e.what());
+  }
+}
+}  // namespace
+
 dnnl::engine& engine() {
-  static dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  static dnnl::engine eng = [] {
+    cap_dnnl_isa();
+    return dnnl::engine(dnnl::engine::kind::cpu, 0);
+  }();
   return eng;
 }
 

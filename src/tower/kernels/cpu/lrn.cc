@@ -75,7 +75,7 @@ TOWER_ALWAYS_INLINE void window_denominator(const float* x, int64_t channels, in
 // One image: y = LRN(x), or (dy given) dx (kRelu: times x > 0). `sq`, `d` and `t` are scratch of
 // one image each.
 template <bool kBackward, bool kRelu, Exponent kExponent>
-TOWER_ALWAYS_INLINE void lrn_image_body(const float* x, const float* dy, float* out, float* sq,
+TOWER_ALWAYS_INLINE void lrn_image_loop(const float* x, const float* dy, float* out, float* sq,
                                         float* d, float* t, int64_t channels, int64_t plane,
                                         const ops::LRNAttrs& a) {
   const int64_t image = channels * plane;
@@ -102,18 +102,18 @@ TOWER_ALWAYS_INLINE void lrn_image_exponent(const float* x, const float* dy, flo
                                             float* d, float* t, int64_t channels, int64_t plane,
                                             bool relu, const ops::LRNAttrs& a) {
   if (dy == nullptr)
-    lrn_image_body<false, false, kExponent>(x, dy, out, sq, d, t, channels, plane, a);
+    lrn_image_loop<false, false, kExponent>(x, dy, out, sq, d, t, channels, plane, a);
   else if (relu)
-    lrn_image_body<true, true, kExponent>(x, dy, out, sq, d, t, channels, plane, a);
+    lrn_image_loop<true, true, kExponent>(x, dy, out, sq, d, t, channels, plane, a);
   else
-    lrn_image_body<true, false, kExponent>(x, dy, out, sq, d, t, channels, plane, a);
+    lrn_image_loop<true, false, kExponent>(x, dy, out, sq, d, t, channels, plane, a);
 }
 
 // (No lambdas in here: a lambda is a function of its own, compiled for the baseline in every
-// clone.)
-TOWER_CPU_CLONES void lrn_image(const float* x, const float* dy, float* out, float* sq, float* d,
-                                float* t, int64_t channels, int64_t plane, bool relu,
-                                const ops::LRNAttrs& a) {
+// variant.)
+TOWER_ALWAYS_INLINE void lrn_image_body(const float* x, const float* dy, float* out, float* sq,
+                                        float* d, float* t, int64_t channels, int64_t plane,
+                                        bool relu, const ops::LRNAttrs& a) {
   if (a.beta == 0.75f)
     lrn_image_exponent<Exponent::three_quarters>(x, dy, out, sq, d, t, channels, plane, relu, a);
   else if (a.beta == 0.5f)
@@ -121,6 +121,10 @@ TOWER_CPU_CLONES void lrn_image(const float* x, const float* dy, float* out, flo
   else
     lrn_image_exponent<Exponent::any>(x, dy, out, sq, d, t, channels, plane, relu, a);
 }
+TOWER_CPU_VARIANTS(lrn_image,
+                   (const float* x, const float* dy, float* out, float* sq, float* d, float* t,
+                    int64_t channels, int64_t plane, bool relu, const ops::LRNAttrs& a),
+                   (x, dy, out, sq, d, t, channels, plane, relu, a))
 
 // Channel blocks of 16: the window sum of lane l of block b over channels within r (r <= 16), from
 // the vectors of blocks b - 1, b and b + 1 (zero beyond the channels).

@@ -177,7 +177,7 @@ struct PoolPlane {
 };
 
 template <bool kRelu>
-TOWER_ALWAYS_INLINE void max_pool_grad_plane_body(const float* x, const float* dy, float* dx,
+TOWER_ALWAYS_INLINE void max_pool_grad_plane_loop(const float* x, const float* dy, float* dx,
                                                   const PoolPlane& p) {
   const ops::PoolAttrs& a = p.attrs;
   // The plane's dx (its padding lanes too) is contiguous in every layout here: zeroed while it
@@ -220,13 +220,16 @@ TOWER_ALWAYS_INLINE void max_pool_grad_plane_body(const float* x, const float* d
 }
 
 // One plane of `lanes` channels of one image (x, dy and dx point at its start).
-TOWER_CPU_CLONES void max_pool_grad_plane(const float* x, const float* dy, float* dx,
-                                          const PoolPlane& p, bool relu) {
+TOWER_ALWAYS_INLINE void max_pool_grad_plane_body(const float* x, const float* dy, float* dx,
+                                                  const PoolPlane& p, bool relu) {
   if (relu)
-    max_pool_grad_plane_body<true>(x, dy, dx, p);
+    max_pool_grad_plane_loop<true>(x, dy, dx, p);
   else
-    max_pool_grad_plane_body<false>(x, dy, dx, p);
+    max_pool_grad_plane_loop<false>(x, dy, dx, p);
 }
+TOWER_CPU_VARIANTS(max_pool_grad_plane,
+                   (const float* x, const float* dy, float* dx, const PoolPlane& p, bool relu),
+                   (x, dy, dx, p, relu))
 
 // MaxPoolGrad (inputs x, dy), and MaxPoolGrad+ReluGrad (inputs x, dy and ReLU's output, which is
 // x).

@@ -1,0 +1,96 @@
+// The real `tower` binary on a quiet machine and with another process spinning on a core: the
+// team's automatic switch to contended mode must not change a bit of the checkpoint (issue: on
+// AVX2 the weights followed the machine's load). CTest runs this once per instruction-set level
+// the CPU has (TOWER_MAX_CPU_ISA).
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <cstring>
+
+#include "testing/subprocess.h"
+#include "testing/tmp_dir.h"
+#include "tower/io/checkpoint.h"
+#include "tower/io/safetensors.h"
+
+namespace tower {
+namespace {
+
+using testing::run_command;
+using testing::run_tower;
+using testing::TmpDir;
+
+// Every tensor of the checkpoint of `step` in `dir`, as raw bytes.
+std::map<std::string, std::string> tensors(const std::string& dir, int64_t step) {
+  std::map<std::string, std::string> out;
+  for (auto& [name, t] : safetensors_read(checkpoint_prefix(dir, step) + ".safetensors").tensors)
+    out[name] = std::string(static_cast<const char*>(t.raw_data()), t.nbytes());
+  return out;
+}
+
+// 30 steps of `model_flags` on a team of two threads: team mode (TOWER_CONTENTION=off) on a
+// quiet machine, the automatic choice with a busy loop on CPU 1, and contended mode throughout;
+// the three checkpoints must be equal bit for bit. Then likewise with two towers of one thread.
+void expect_load_changes_no_bit(const std::string& model_flags) {
+  constexpr int kSteps = 30;
+  TmpDir dirs;
+  for (int towers : {1, 2}) {
+    SCOPED_TRACE(::testing::Message() << towers << " tower(s) x " << 2 / towers << " thread(s)");
+    std::map<std::string, std::string> first;
+    for (const char* mode : {"quiet", "busy", "contended"}) {
+      SCOPED_TRACE(mode);
+      const std::string dir = dirs / (std::to_string(towers) + mode);
+      const std::string env = std::strcmp(mode, "quiet") == 0       ? "TOWER_CONTENTION=off "
+                              : std::strcmp(mode, "contended") == 0 ? "TOWER_CONTENTION=on "
+                                                                    : "";
+      pid_t spinner = -1;
+      if (std::strcmp(mode, "busy") == 0)
+        spinner = testing::spawn_command(
+            "taskset -c 1 sh -c 'while :; do :; done' || sh -c 'while :; do :; done'",
+            dirs / "spinner.log");
+      auto r = run_command(env + testing::tower_binary() + " train " + model_flags +
+                           " --num_devices " + std::to_string(towers) +
+                           " --num_threads 2 --max_steps " + std::to_string(kSteps) +
+                           " --lr_schedule constant --log_every 10 --seed 5 --train_dir " + dir);
+      if (spinner > 0) {
+        kill(spinner, SIGKILL);
+        testing::wait_exit_code(spinner);
+      }
+      ASSERT_EQ(r.exit_code, 0) << r.output;
+      auto bits = tensors(dir, kSteps);
+      if (first.empty()) {
+        first = bits;
+        continue;
+      }
+      ASSERT_EQ(bits.size(), first.size());
+      for (const auto& [name, value] : first) EXPECT_TRUE(bits[name] == value) << name;
+    }
+  }
+}
+
+class BusyCoreTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    data_ = new TmpDir();
+    auto a = run_tower("make-dataset --format idx --out " + (*data_ / "idx") +
+                       " --num_train 2000 --num_test 100 --seed 3");
+    ASSERT_EQ(a.exit_code, 0) << a.output;
+    auto b = run_tower("make-dataset --format cifar10 --out " + (*data_ / "cifar") +
+                       " --num_train 1000 --num_test 100 --seed 3");
+    ASSERT_EQ(b.exit_code, 0) << b.output;
+  }
+  static void TearDownTestSuite() { delete data_; }
+  static TmpDir* data_;
+};
+TmpDir* BusyCoreTest::data_ = nullptr;
+
+TEST_F(BusyCoreTest, LenetWritesTheSameBitsQuietAndWithACoreBusy) {
+  expect_load_changes_no_bit("--model lenet --data idx:" + (*data_ / "idx") + " --batch_size 64");
+}
+
+TEST_F(BusyCoreTest, Cifar10WritesTheSameBitsQuietAndWithACoreBusy) {
+  expect_load_changes_no_bit("--model cifar10 --data cifar10:" + (*data_ / "cifar") +
+                             " --batch_size 32 --augmentation cifar10");
+}
+
+}  // namespace
+}  // namespace tower

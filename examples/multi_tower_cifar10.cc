@@ -10,7 +10,7 @@
 //       tf.get_variable_scope().reuse_variables()
 //       grads = opt.compute_gradients(loss) -> gradients of each tower's loss
 //   grads = average_gradients(tower_grads)  -> the GradientReducer (central or allreduce)
-//   opt.apply_gradients(grads, global_step)  -> one optimizer update per replica
+//   opt.apply_gradients(grads, global_step)  -> DataParallelOptimizer: one update per replica
 //   variable_averages.apply(...)            -> ExponentialMovingAverage
 //   saver.save(...)                         -> checkpoint_save (safetensors + JSON state)
 //
@@ -53,13 +53,13 @@ int main(int argc, char** argv) try {
   const DevicePlan plan = select_devices({.num_devices = num_towers}, world());
   options.devices = plan.devices;
   options.threads = plan.threads;
-  options.strategy = Strategy::central;  // the classic average_gradients on the host
   DataParallel towers(inputs.image_shape(), batch_per_tower * num_towers, tower_loss, options);
 
   // GradientDescentOptimizer with lr 0.1 decayed x0.1 every 350 epochs, and the moving average.
-  auto optimizer = make_optimizer({.name = "sgd"});
-  std::vector<Param> params = replica_params(towers, 0);  // the variables and averaged gradients
-  optimizer->init(params);
+  // DataParallelOptimizer updates every replica (the default allreduce strategy keeps one copy of
+  // the variables per tower).
+  DataParallelOptimizer optimizer(towers, {.name = "sgd"});
+  const std::vector<Param>& params = optimizer.params();  // replica 0's variables and gradients
   auto lr = parse_lr_schedule("exponential:decay_epochs=350,rate=0.1,staircase=1", 0.1f,
                               inputs.batches_per_epoch(), max_steps);
   ExponentialMovingAverage ema(0.9999f);
@@ -70,7 +70,7 @@ int main(int argc, char** argv) try {
   for (int64_t step = 0; step < max_steps; ++step) {
     Batch batch = inputs.next();
     StepResult result = towers.step(batch.images, batch.labels, static_cast<uint64_t>(step));
-    optimizer->apply(params, lr->lr(step), step);
+    optimizer.apply(lr->lr(step), step);
     ema.update(step + 1);
     if (step % 100 == 0) std::printf("step %lld, loss = %.2f\n", static_cast<long long>(step), result.loss);
   }

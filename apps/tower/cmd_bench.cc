@@ -183,7 +183,7 @@ void run_bench(const Flags& flags) {
     std::vector<ReduceTrace> traces;
     auto train_step = [&] {
       dp.step(images, labels, static_cast<uint64_t>(step));
-      towers.update(0.01f, step, 0, update_pool);
+      towers.optimizer->apply(0.01f, step, 0, &update_pool);
       traces.push_back(dp.reducer().trace());
       ++step;
     };

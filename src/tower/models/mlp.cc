@@ -4,14 +4,12 @@
 namespace tower {
 namespace {
 
-ModelOutputs mlp(const Scope& scope, Value images, int num_classes, Mode) {
-  Value h1 = dense(scope.variable_scope("fc1"), images, 256, Initializer::he_normal(), 0.0f, 0.0f,
-                   Activation::relu);
-  Value h2 = dense(scope.variable_scope("fc2"), h1, 128, Initializer::he_normal(), 0.0f, 0.0f,
-                   Activation::relu);
-  return {dense(scope.variable_scope("logits"), h2, num_classes, Initializer::glorot_uniform(),
-                0.0f, 0.0f, Activation::none),
-          {}};
+ModelOutputs mlp(const Scope& s, Value images, int num_classes, Mode) {
+  const auto relu = nn::Activation::relu;
+  const Initializer he = Initializer::he_normal();
+  Value x = nn::dense(s, "fc1", images, {.units = 256, .activation = relu, .init = he});
+  x = nn::dense(s, "fc2", x, {.units = 128, .activation = relu, .init = he});
+  return {nn::dense(s, "logits", x, {.units = num_classes}), {}};
 }
 
 ModelRegistrar registrar{

@@ -76,21 +76,4 @@ LossOutputs classification_loss(const Scope& scope, Value logits, Value labels) 
   return {ops::add_n(scope, graph.get_collection("losses", prefix)), mean};
 }
 
-Value variable_with_weight_decay(const Scope& scope, const std::string& name, Shape shape,
-                                 Initializer init, float wd) {
-  Value var = scope.get_variable(name, std::move(shape), init);
-  if (wd > 0.0f)
-    scope.graph().add_to_collection("losses", ops::scale(scope, ops::l2_loss(scope, var), wd));
-  return var;
-}
-
-Value dense(const Scope& scope, Value x, int64_t out, Initializer w_init, float bias_init, float wd,
-            Activation activation) {
-  if (x.shape().rank() != 2) x = ops::flatten(scope, x);
-  Value w = variable_with_weight_decay(scope, "weights", Shape{x.shape()[1], out}, w_init, wd);
-  Value b = scope.get_variable("biases", Shape{out}, Initializer::constant(bias_init));
-  Value y = ops::bias_add(scope, ops::matmul(scope, x, w), b);
-  return activation == Activation::relu ? ops::relu(scope, y) : y;
-}
-
 }  // namespace tower

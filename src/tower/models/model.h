@@ -1,5 +1,6 @@
-// Built-in models. Each is a plain model function that adds its layers under a Scope and returns
-// the logits; models register themselves (one static ModelRegistrar per model file).
+// Models: a model is a plain function that adds its layers (nn/layers.h) under a Scope and
+// returns the logits; each registers itself by name (one static ModelRegistrar per model), the
+// built-in ones (src/tower/models/) exactly as a user's own.
 #pragma once
 
 #include <functional>
@@ -7,10 +8,11 @@
 #include <vector>
 
 #include "tower/graph/graph.h"
+#include "tower/nn/layers.h"
 
 namespace tower {
 
-enum class Mode : uint8_t { train, eval };
+using nn::Mode;
 
 struct ModelOutputs {
   Value logits;                // (N, num_classes)
@@ -66,14 +68,5 @@ struct LossOutputs {
   Value cross_entropy;  // mean over the batch
 };
 LossOutputs classification_loss(const Scope& scope, Value logits, Value labels);
-
-// Layer helpers shared by the models.
-// A variable with an L2 weight-decay term wd * l2_loss(var) in "losses" when wd > 0.
-Value variable_with_weight_decay(const Scope& scope, const std::string& name, Shape shape,
-                                 Initializer init, float wd);
-// Fully connected layer: x (N, in) -> (N, out), optional relu.
-enum class Activation : uint8_t { none, relu };
-Value dense(const Scope& scope, Value x, int64_t out, Initializer w_init, float bias_init, float wd,
-            Activation activation);
 
 }  // namespace tower

@@ -3,58 +3,27 @@
 // linear. Batch norm after every convolution; projection shortcuts (1x1 conv + BN) where the shape
 // changes. Weight decay 1e-4 on the convolution and linear weights.
 #include "tower/models/model.h"
-#include "tower/ops/activation.h"
-#include "tower/ops/batch_norm.h"
-#include "tower/ops/conv.h"
-#include "tower/ops/math.h"
 
 namespace tower {
 namespace {
 
 constexpr float kWeightDecay = 1e-4f;
 
-struct Builder {
-  Mode mode;
+ModelOutputs resnet20(const Scope& s, Value images, int num_classes, Mode mode) {
   std::vector<Value> updates;
-
-  Value conv_bn(const Scope& scope, Value x, int64_t out, int64_t kernel, int64_t stride) {
-    Value w = variable_with_weight_decay(scope, "weights", Shape{out, x.shape()[1], kernel, kernel},
-                                         Initializer::he_normal(), kWeightDecay);
-    Value y = ops::conv2d(scope, x, w, {{stride, stride}, ops::Padding::same});
-    Value gamma = scope.get_variable("gamma", Shape{out}, Initializer::ones());
-    Value beta = scope.get_variable("beta", Shape{out}, Initializer::zeros());
-    Value mean = scope.get_variable("moving_mean", Shape{out}, Initializer::zeros(), Trainable::no);
-    Value var =
-        scope.get_variable("moving_variance", Shape{out}, Initializer::ones(), Trainable::no);
-    ops::BatchNormAttrs attrs;
-    attrs.mode = mode == Mode::train ? ops::BatchNormMode::training : ops::BatchNormMode::inference;
-    ops::BatchNormResult bn = ops::batch_norm(scope, y, gamma, beta, mean, var, attrs);
-    updates.insert(updates.end(), bn.updates.begin(), bn.updates.end());
-    return bn.y;
-  }
-
-  Value block(const Scope& scope, Value x, int64_t out, int64_t stride) {
-    Value h = ops::relu(scope, conv_bn(scope.variable_scope("conv1"), x, out, 3, stride));
-    h = conv_bn(scope.variable_scope("conv2"), h, out, 3, 1);
-    Value shortcut = x;
-    if (stride != 1 || x.shape()[1] != out)
-      shortcut = conv_bn(scope.variable_scope("shortcut"), x, out, 1, stride);
-    return ops::relu(scope, ops::add(scope, h, shortcut));
-  }
-};
-
-ModelOutputs resnet20(const Scope& scope, Value images, int num_classes, Mode mode) {
-  Builder b{mode, {}};
-  Value x = ops::relu(scope, b.conv_bn(scope.variable_scope("conv0"), images, 16, 3, 1));
+  Value x = nn::conv_bn(
+      s, "conv0", images, mode, updates,
+      {.filters = 16, .activation = nn::Activation::relu, .weight_decay = kWeightDecay});
   const int64_t widths[] = {16, 32, 64};
   for (int stage = 0; stage < 3; ++stage)
     for (int i = 0; i < 3; ++i)
-      x = b.block(scope.variable_scope(fmt::format("stage{}/block{}", stage + 1, i + 1)), x,
-                  widths[stage], stage > 0 && i == 0 ? 2 : 1);
-  Value pooled = ops::reduce_mean(scope, x, {2, 3});
-  Value logits = dense(scope.variable_scope("logits"), pooled, num_classes,
-                       Initializer::glorot_uniform(), 0.0f, kWeightDecay, Activation::none);
-  return {logits, b.updates};
+      x = nn::residual_block(s, fmt::format("stage{}/block{}", stage + 1, i + 1), x, mode, updates,
+                             {.filters = widths[stage],
+                              .stride = stage > 0 && i == 0 ? 2 : 1,
+                              .weight_decay = kWeightDecay});
+  Value logits = nn::dense(s, "logits", nn::global_avg_pool(s, x),
+                           {.units = num_classes, .weight_decay = kWeightDecay});
+  return {logits, updates};
 }
 
 ModelRegistrar registrar{

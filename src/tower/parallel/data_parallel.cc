@@ -243,6 +243,14 @@ StepResult DataParallel::step(const Tensor& images, const Tensor& labels, uint64
       labels.shape() != Shape{global_batch_})
     fail("batch of shape {} with labels {} does not match the global batch size {}",
          images.shape().to_string(), labels.shape().to_string(), global_batch_);
+  // An update of one replica alone (an Optimizer on replica_params(dp, 0) under allreduce) would
+  // train every other tower on stale weights without a word: the first updates are checked.
+  if (++steps_run_ <= 3 && !replicas_identical())
+    fail(
+        "the replicas of the variables differ before step {}: each replica (Strategy::allreduce) "
+        "holds its own copy, and only some were updated. Update them all with "
+        "DataParallelOptimizer (train/optimizer.h) or use tower::train()",
+        step);
   const bool prefetched = prefetched_ != nullptr && prefetched_ == images.raw_data();
   prefetched_ = nullptr;
   if (micro_batch_ == 0)

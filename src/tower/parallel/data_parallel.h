@@ -132,6 +132,7 @@ class DataParallel {
   bool staged_ = false;
   bool nccl_ = false;                       // GPU towers reducing with NCCL (builds with NCCL)
   const void* prefetched_ = nullptr;        // the images prefetch() is copying
+  int64_t steps_run_ = 0;                   // calls of step()
   std::vector<std::string> non_trainable_;  // variables the graph updates (moving averages)
 };
 

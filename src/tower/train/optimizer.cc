@@ -2,7 +2,9 @@
 
 #include <cmath>
 
+#include "tower/core/thread_pool.h"
 #include "tower/parallel/data_parallel.h"
+#include "tower/train/clip.h"
 
 namespace tower {
 
@@ -93,6 +95,30 @@ std::vector<std::pair<std::string, Tensor*>> SlotSet::named() {
 }
 
 }  // namespace detail
+DataParallelOptimizer::DataParallelOptimizer(DataParallel& dp, const OptimizerConfig& config) {
+  for (int r = 0; r < dp.num_replicas(); ++r) {
+    params_.push_back(replica_params(dp, r));
+    optimizers_.push_back(make_optimizer(config));
+    optimizers_.back()->init(params_.back());
+  }
+}
+
+void DataParallelOptimizer::apply(float lr, int64_t step, float clip_norm, ThreadPool* pool) {
+  auto update = [&](int64_t r) {
+    const std::vector<Param>& params = params_[static_cast<size_t>(r)];
+    if (clip_norm > 0) {
+      std::vector<Tensor*> grads;
+      for (const Param& p : params) grads.push_back(const_cast<Tensor*>(p.grad));
+      clip_by_global_norm(grads, clip_norm);
+    }
+    optimizers_[static_cast<size_t>(r)]->apply(params, lr, step);
+  };
+  if (pool != nullptr)
+    pool->parallel_for(num_replicas(), update);
+  else
+    for (int r = 0; r < num_replicas(); ++r) update(r);
+}
+
 std::vector<Param> replica_params(DataParallel& dp, int replica) {
   std::vector<Param> params;
   for (size_t v = 0; v < dp.trainable().size(); ++v) {

@@ -53,9 +53,33 @@ class Optimizer {
 // Validates the config, then builds the optimizer it names.
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config);
 
-// The trainable variables of one replica of `dp` with their averaged gradients.
+// The trainable variables of one replica of `dp` with their averaged gradients. An optimizer
+// applied to these updates that replica alone: a training loop uses DataParallelOptimizer.
 class DataParallel;
+class ThreadPool;
 std::vector<Param> replica_params(DataParallel& dp, int replica);
+
+// The optimizer step of a DataParallel. Under Strategy::allreduce every replica holds its own copy
+// of the variables (and of the averaged gradients), so one optimizer per replica updates each with
+// the same bits; an Optimizer applied to one replica's params would leave the others behind
+// (DataParallel::step() stops with an error when it sees that). `dp` must outlive it.
+class DataParallelOptimizer {
+ public:
+  DataParallelOptimizer(DataParallel& dp, const OptimizerConfig& config);
+  // One update of every replica, the gradients first clipped to a global norm of `clip_norm`
+  // when > 0 (clip.h); replicas side by side on `pool` when given.
+  void apply(float lr, int64_t step, float clip_norm = 0, ThreadPool* pool = nullptr);
+  const std::vector<Param>& params(int replica = 0) const {
+    return params_[static_cast<size_t>(replica)];
+  }
+  // Its slots ("<param>/<slot>"), for checkpoints.
+  Optimizer& replica_optimizer(int replica) { return *optimizers_[static_cast<size_t>(replica)]; }
+  int num_replicas() const { return static_cast<int>(optimizers_.size()); }
+
+ private:
+  std::vector<std::vector<Param>> params_;
+  std::vector<std::unique_ptr<Optimizer>> optimizers_;
+};
 
 namespace detail {
 // Shared by the optimizers with slots: one zero tensor per (param, slot name), created once.

@@ -286,7 +286,7 @@ class Run {
     for (int r = 0; r < (all_replicas ? dp_->num_replicas() : 1); ++r) {
       for (const std::string& name : dp_->replica(r).names())
         all.push_back({name, &dp_->replica(r).get(name)});
-      for (auto& slot : towers_.optimizers[static_cast<size_t>(r)]->slots()) all.push_back(slot);
+      for (auto& slot : towers_.optimizer->replica_optimizer(r).slots()) all.push_back(slot);
     }
     if (ema_)
       for (auto& shadow : ema_->shadows()) all.push_back(shadow);
@@ -414,7 +414,7 @@ class Run {
   float update(int64_t step) {
     trace::Slice slice("step", "optimizer");
     const float lr = schedule_->lr(step);
-    towers_.update(lr, step, config_.clip_norm, *update_pool_);
+    towers_.optimizer->apply(lr, step, config_.clip_norm, update_pool_.get());
 #ifndef NDEBUG
     TOWER_CHECK_MSG(dp_->replicas_identical(), "replicas diverged at step {}", step);
 #endif
@@ -586,26 +586,8 @@ Towers build_towers(const ModelDef& model, const Shape& example_shape, int64_t b
   };
   Towers towers;
   towers.dp = std::make_unique<DataParallel>(example_shape, batch, tower_fn, options);
-  // One optimizer per replica: identical inputs, identical updates, identical replicas.
-  for (int r = 0; r < towers.dp->num_replicas(); ++r) {
-    towers.params.push_back(replica_params(*towers.dp, r));
-    towers.optimizers.push_back(make_optimizer(optimizer));
-    towers.optimizers.back()->init(towers.params.back());
-  }
+  towers.optimizer = std::make_unique<DataParallelOptimizer>(*towers.dp, optimizer);
   return towers;
-}
-
-void Towers::update(float lr, int64_t step, float clip_norm, ThreadPool& pool) {
-  // Replicas are independent: updated side by side (each gets identical bits anyway).
-  pool.parallel_for(dp->num_replicas(), [&](int64_t r) {
-    auto& replica_params = params[static_cast<size_t>(r)];
-    if (clip_norm > 0) {
-      std::vector<Tensor*> grads;
-      for (auto& p : replica_params) grads.push_back(const_cast<Tensor*>(p.grad));
-      clip_by_global_norm(grads, clip_norm);
-    }
-    optimizers[static_cast<size_t>(r)]->apply(replica_params, lr, step);
-  });
 }
 
 TrainConfig TrainConfig::for_model(const std::string& model) {

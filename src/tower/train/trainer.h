@@ -74,10 +74,7 @@ void validate(const TrainConfig& config);
 // bench` reuses. Each tower fetches its total loss, then the cross-entropy and the accuracy.
 struct Towers {
   std::unique_ptr<DataParallel> dp;
-  std::vector<std::unique_ptr<Optimizer>> optimizers;  // one per replica
-  std::vector<std::vector<Param>> params;              // of each replica
-  // The optimizer step on every replica (clipped to clip_norm when > 0), side by side on `pool`.
-  void update(float lr, int64_t step, float clip_norm, ThreadPool& pool);
+  std::unique_ptr<DataParallelOptimizer> optimizer;  // every replica's
 };
 Towers build_towers(const ModelDef& model, const Shape& example_shape, int64_t batch,
                     int num_classes, const DataParallelOptions& options,

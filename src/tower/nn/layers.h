@@ -1,0 +1,106 @@
+// Layers over the ops, the way a model function is written: each takes the scope, a name (its
+// variable scope, so its variables are "<name>/weights", "<name>/biases", "<name>/gamma", ...),
+// the input and options with the usual defaults, and returns its output. A model in this style:
+//
+//   Value x = nn::conv2d(s, "conv1", images, {.filters = 32, .kernel = 5, .activation = relu});
+//   x = nn::max_pool(s, "pool1", x);
+//   x = nn::dense(s, "fc1", x, {.units = 256, .activation = relu});
+//   return {nn::dense(s, "logits", x, {.units = num_classes}), {}};
+//
+// Weight decay (`weight_decay` > 0) adds wd * l2_loss(weights) to the graph's "losses" collection,
+// which classification_loss() adds to the loss (the classic program's L2 terms).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tower/graph/graph.h"
+#include "tower/ops/conv.h"
+#include "tower/ops/lrn.h"
+
+namespace tower::nn {
+
+// Training (batch statistics, dropout on, moving averages updated) or evaluation.
+enum class Mode : uint8_t { train, eval };
+
+enum class Activation : uint8_t { none, relu, elu, sigmoid, tanh };
+Value activation(const Scope& scope, Value x, Activation a);
+// "none", "relu", "elu", "sigmoid", "tanh"; nullopt for anything else.
+std::optional<Activation> parse_activation(const std::string& name);
+
+// A variable with an L2 weight-decay term wd * l2_loss(var) in "losses" when wd > 0.
+Value variable_with_weight_decay(const Scope& scope, const std::string& name, Shape shape,
+                                 Initializer init, float wd);
+
+// 2-D convolution of NCHW images by `filters` square kernels (OIHW weights), then the bias and
+// the activation. The kernel size must be odd for SAME padding to centre it (TensorFlow rules).
+struct Conv2D {
+  int64_t filters = 0;
+  int64_t kernel = 3;
+  int64_t stride = 1;
+  ops::Padding padding = ops::Padding::same;
+  Activation activation = Activation::none;
+  bool bias = true;
+  Initializer init = Initializer::he_normal();
+  float bias_init = 0.0f;
+  float weight_decay = 0.0f;
+};
+Value conv2d(const Scope& scope, const std::string& name, Value x, const Conv2D& options);
+
+// Fully connected: x (N, in), or (N, ...) flattened, times weights (in, units), plus the bias.
+struct Dense {
+  int64_t units = 0;
+  Activation activation = Activation::none;
+  bool bias = true;
+  Initializer init = Initializer::glorot_uniform();
+  float bias_init = 0.0f;
+  float weight_decay = 0.0f;
+};
+Value dense(const Scope& scope, const std::string& name, Value x, const Dense& options);
+
+// Batch normalization per channel (axis 1) with a learned scale (gamma) and shift (beta), and
+// moving averages of the mean and variance (not trainable) for evaluation. In training the
+// moving-average updates are appended to `updates`, which the model returns (ModelOutputs).
+struct BatchNorm {
+  float momentum = 0.99f;  // decay of the moving averages
+  float epsilon = 1e-3f;
+};
+Value batch_norm(const Scope& scope, const std::string& name, Value x, Mode mode,
+                 std::vector<Value>& updates, const BatchNorm& options = {});
+
+// Max or average pooling over H and W with a square window; `stride` 0 means the window's size.
+struct Pool {
+  int64_t size = 2;
+  int64_t stride = 0;
+  ops::Padding padding = ops::Padding::valid;
+};
+Value max_pool(const Scope& scope, const std::string& name, Value x, const Pool& options = {});
+Value avg_pool(const Scope& scope, const std::string& name, Value x, const Pool& options = {});
+// The mean over H and W: (N, C, H, W) -> (N, C).
+Value global_avg_pool(const Scope& scope, Value x);
+// (N, ...) -> (N, rest).
+Value flatten(const Scope& scope, Value x);
+// Inverted dropout of a fraction `rate` of the elements in training; the identity in evaluation.
+Value dropout(const Scope& scope, Value x, float rate, Mode mode);
+// Local response normalization across channels (TensorFlow's attributes).
+Value lrn(const Scope& scope, const std::string& name, Value x, const ops::LRNAttrs& options);
+
+// The ResNet basic block (v1): conv 3x3 (stride) - batch norm - ReLU - conv 3x3 - batch norm, plus
+// the input (through a 1x1 convolution with batch norm, "<name>/shortcut", when the stride or the
+// channels change), then ReLU. Its convolutions are "<name>/conv1" and "<name>/conv2", without
+// biases, each with its batch norm's variables in the same scope.
+struct Residual {
+  int64_t filters = 0;
+  int64_t stride = 1;
+  float weight_decay = 0.0f;
+  BatchNorm batch_norm;
+};
+Value residual_block(const Scope& scope, const std::string& name, Value x, Mode mode,
+                     std::vector<Value>& updates, const Residual& options);
+// A convolution (no bias) followed by batch norm, both in the variable scope `name`: ResNet's
+// unit. `options.activation` applies after the batch norm.
+Value conv_bn(const Scope& scope, const std::string& name, Value x, Mode mode,
+              std::vector<Value>& updates, Conv2D options, const BatchNorm& bn = {});
+
+}  // namespace tower::nn

@@ -14,6 +14,7 @@
 #include "command.h"
 #include "tower/core/philox.h"
 #include "tower/models/model.h"
+#include "tower/models/model_file.h"
 #include "tower/parallel/data_parallel.h"
 #include "tower/train/trainer.h"
 
@@ -22,7 +23,7 @@ namespace {
 
 struct Flags {
   std::string model = "cifar10", mode = "train", strategy = "allreduce", devices,
-              precision = "fp32";
+              precision = "fp32", model_file;
   int64_t batch_size = 128;
   int64_t micro_batch_size = 0;
   int threads = 0, num_devices = 1, steps = 10, windows = 5;
@@ -137,9 +138,10 @@ void run_allreduce_bench(const Flags& flags, Communicator& comm) {
                            .dump());
 }
 
-void run_bench(const Flags& flags) {
+void run_bench(Flags flags) {
   Communicator& comm = world();
   if (flags.mode == "allreduce") return run_allreduce_bench(flags, comm);
+  if (!flags.model_file.empty()) flags.model = load_model_file(flags.model_file);
   const ModelDef& model = get_model(flags.model);
   if (flags.mode != "train" && flags.mode != "infer")
     fail("bad --mode '{}': expected train, infer or allreduce", flags.mode);
@@ -254,6 +256,8 @@ CommandRegistrar registrar{
     {"bench", "Measure training or inference throughput on synthetic data", [](CLI::App& app) {
        static Flags flags;
        app.add_option("--model", flags.model, "Model")->capture_default_str();
+       app.add_option("--model_file", flags.model_file,
+                      "A network as a JSON file (docs/model_file.md), instead of --model");
        app.add_option("--mode", flags.mode,
                       "train (forward + backward + SGD update), infer, or allreduce (MPI transport "
                       "time by message size, under mpirun)")

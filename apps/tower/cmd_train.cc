@@ -3,6 +3,7 @@
 
 #include "command.h"
 #include "tower/models/model.h"
+#include "tower/models/model_file.h"
 #include "tower/parallel/gradient_reducer.h"
 #include "tower/train/trainer.h"
 
@@ -11,7 +12,7 @@ namespace {
 
 struct Flags {
   TrainConfig config;
-  std::string devices, strategy = "allreduce", precision = "fp32";
+  std::string devices, strategy = "allreduce", precision = "fp32", model_file;
   int num_gpus = 0;
   CLI::App* app = nullptr;
 };
@@ -46,6 +47,10 @@ std::string recipes_help() {
 }
 
 void run_train(Flags& flags) {
+  if (!flags.model_file.empty()) {
+    if (flags.app->count("--model") > 0) fail("--model and --model_file exclude each other");
+    flags.config.model = load_model_file(flags.model_file);
+  }
   TrainConfig config = with_recipe(flags);
   if (!flags.devices.empty()) config.devices = parse_device_list(flags.devices);
   if (flags.num_gpus > 0) {
@@ -72,6 +77,8 @@ CommandRegistrar registrar{
        TrainConfig& c = flags.config;
        app.add_option("--model", c.model, "Model to train (see `tower models`)")
            ->capture_default_str();
+       app.add_option("--model_file", flags.model_file,
+                      "A network as a JSON file (docs/model_file.md), instead of --model");
        app.add_option("--data", c.data,
                       "Data set: fashion-mnist | cifar10:DIR | cifar100:DIR | idx:DIR")
            ->capture_default_str();

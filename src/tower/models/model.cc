@@ -21,6 +21,17 @@ ModelRegistrar::ModelRegistrar(ModelDef def) {
   registry().emplace(std::move(name), std::move(def));
 }
 
+void register_model(ModelDef def) {
+  auto it = registry().find(def.name);
+  if (it == registry().end()) {
+    std::string name = def.name;
+    registry().emplace(std::move(name), std::move(def));
+  } else if (it->second.source.empty() || it->second.source != def.source) {
+    fail("there is already a model named '{}'{}: give this one another \"name\"", def.name,
+         it->second.source.empty() ? " (a built-in one)" : " from another model file");
+  }
+}
+
 const ModelDef& get_model(const std::string& name) {
   auto it = registry().find(name);
   if (it == registry().end()) {

@@ -50,6 +50,7 @@ struct ModelDef {
   Shape default_input;  // (C, H, W) the model is meant for
   ModelFn build;
   Recipe recipe;
+  std::string source;  // a model file's text (model_file.h); empty for a model written in C++
 };
 
 const ModelDef& get_model(const std::string& name);  // throws listing the known models
@@ -57,6 +58,9 @@ std::vector<std::string> model_names();
 struct ModelRegistrar {
   explicit ModelRegistrar(ModelDef def);
 };
+// Registers a model at run time (a model file's); a name already taken by a model of another
+// source is an error.
+void register_model(ModelDef def);
 
 // Number of trainable parameters of a model built for `input` (C, H, W).
 int64_t count_parameters(const ModelDef& model, const Shape& input, int num_classes);

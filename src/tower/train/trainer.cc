@@ -502,6 +502,7 @@ class Run {
   RunIdentity identity() const {
     RunIdentity r{.model = config_.model,
                   .data = config_.data,
+                  .model_file = model_.source,
                   .global_batch_size = config_.global_batch_size,
                   .micro_batch_size = config_.micro_batch_size,
                   .strategy = std::string(strategy_name(config_.strategy)),

@@ -14,6 +14,7 @@ using Json = nlohmann::json;
 
 nlohmann::ordered_json identity_json(const RunIdentity& r) {
   nlohmann::ordered_json json = {{"model", r.model}, {"data", r.data}};
+  if (!r.model_file.empty()) json["model_file"] = r.model_file;
   if (r.micro_batch_size > 0) {
     json["global_batch_size"] = r.global_batch_size;
     json["micro_batch_size"] = r.micro_batch_size;
@@ -93,6 +94,7 @@ TrainingState training_state_from_json(const Json& json, const std::string& file
   Reader run = top.object("run");
   s.run.model = run.text("model");
   s.run.data = run.text("data");
+  if (run.has("model_file")) s.run.model_file = run.text("model_file");
   if (run.has("micro_batch_size")) {
     s.run.global_batch_size = run.whole("global_batch_size", 1);
     s.run.micro_batch_size = run.whole("micro_batch_size", 1);
@@ -124,6 +126,9 @@ std::optional<IdentityDifference> first_difference(const RunIdentity& saved,
     return IdentityDifference{"micro_batch_size", size(saved.micro_batch_size),
                               size(now.micro_batch_size)};
   const nlohmann::ordered_json a = identity_json(saved), b = identity_json(now);
+  if (saved.model_file != now.model_file)  // the texts themselves are too long to show
+    return IdentityDifference{"model_file", saved.model_file.empty() ? "none" : "one file",
+                              now.model_file.empty() ? "none" : "another"};
   for (const auto& [key, value] : a.items())
     if (b.at(key) != value) return IdentityDifference{key, value.dump(), b.at(key).dump()};
   return std::nullopt;

@@ -17,6 +17,7 @@ namespace tower {
 // variables, the optimizer slots or the data order).
 struct RunIdentity {
   std::string model, data;
+  std::string model_file;  // the text of the model's file (ModelDef::source); empty: a C++ model
   // Micro-batches (both > 0): the step's work, whatever the towers and ranks that do it; the
   // three layout fields below are then 0 and left out of the file.
   int64_t global_batch_size = 0, micro_batch_size = 0;

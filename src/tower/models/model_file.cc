@@ -1,0 +1,323 @@
+#include "tower/models/model_file.h"
+
+#include <cctype>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+namespace tower {
+namespace {
+
+using Json = nlohmann::json;
+
+// What a layer's build step sees: the data set's classes, the mode and the model's updates.
+struct Context {
+  int num_classes = 0;
+  Mode mode = Mode::train;
+  std::vector<Value> updates;
+};
+using Step = std::function<Value(const Scope&, Value, Context&)>;
+
+// The keys of one JSON object, each checked; every error names where it is ("layer 3 (conv2)").
+class Keys {
+ public:
+  Keys(const Json& object, std::string origin, std::string where)
+      : object_(object), origin_(std::move(origin)), where_(std::move(where)) {
+    if (!object_.is_object()) fail("{}: {} must be a JSON object, got {}", origin_, where_, dump());
+  }
+  // Every key present must be one of `allowed`.
+  void only(std::initializer_list<const char*> allowed) const {
+    std::set<std::string> ok(allowed.begin(), allowed.end());
+    for (const auto& [key, value] : object_.items())
+      if (!ok.contains(key)) {
+        std::string list;
+        for (const std::string& k : ok) list += (list.empty() ? "" : ", ") + k;
+        fail("{}: {} has no key '{}' (its keys: {})", origin_, where_, key, list);
+      }
+  }
+  bool has(const char* key) const { return object_.contains(key); }
+  const Json& get(const char* key) const {
+    if (!has(key)) fail("{}: {} needs the key '{}'", origin_, where_, key);
+    return object_.at(key);
+  }
+  int64_t whole(const char* key, std::optional<int64_t> fallback, int64_t min = 1) const {
+    if (!has(key) && fallback) return *fallback;
+    const Json& v = get(key);
+    if (!v.is_number_integer() || v.get<int64_t>() < min)
+      bad(key, v, fmt::format("a whole number >= {}", min));
+    return v.get<int64_t>();
+  }
+  float number(const char* key, float fallback, float min, bool inclusive_max, float max) const {
+    if (!has(key)) return fallback;
+    const Json& v = get(key);
+    const double d = v.is_number() ? v.get<double>() : -1e300;
+    if (!v.is_number() || d < min || (inclusive_max ? d > max : d >= max))
+      bad(key, v, fmt::format("a number in [{}, {}{}", min, max, inclusive_max ? "]" : ")"));
+    return static_cast<float>(d);
+  }
+  std::string text(const char* key, std::optional<std::string> fallback) const {
+    if (!has(key) && fallback) return *fallback;
+    const Json& v = get(key);
+    if (!v.is_string() || v.get<std::string>().empty()) bad(key, v, "a non-empty string");
+    return v.get<std::string>();
+  }
+  bool flag(const char* key, bool fallback) const {
+    if (!has(key)) return fallback;
+    const Json& v = get(key);
+    if (!v.is_boolean()) bad(key, v, "true or false");
+    return v.get<bool>();
+  }
+  ops::Padding padding(ops::Padding fallback) const {
+    if (!has("padding")) return fallback;
+    const std::string p = text("padding", std::nullopt);
+    if (p != "same" && p != "valid") bad("padding", get("padding"), "\"same\" or \"valid\"");
+    return p == "same" ? ops::Padding::same : ops::Padding::valid;
+  }
+  nn::Activation activation() const {
+    if (!has("activation")) return nn::Activation::none;
+    auto a = nn::parse_activation(text("activation", std::nullopt));
+    if (!a) bad("activation", get("activation"), "one of none, relu, elu, sigmoid, tanh");
+    return *a;
+  }
+  // "he_normal", "glorot_uniform", "zeros", "ones", or {"truncated_normal" | "normal": stddev},
+  // {"uniform": limit}, {"constant": value}.
+  Initializer init(const char* key, Initializer fallback) const {
+    if (!has(key)) return fallback;
+    const Json& v = get(key);
+    const char* expected =
+        "\"he_normal\", \"glorot_uniform\", \"zeros\", \"ones\", or one of {\"truncated_normal\": "
+        "stddev}, {\"normal\": stddev}, {\"uniform\": limit}, {\"constant\": value}";
+    if (v.is_string()) {
+      const std::string s = v.get<std::string>();
+      if (s == "he_normal") return Initializer::he_normal();
+      if (s == "glorot_uniform") return Initializer::glorot_uniform();
+      if (s == "zeros") return Initializer::zeros();
+      if (s == "ones") return Initializer::ones();
+    } else if (v.is_object() && v.size() == 1 && v.begin().value().is_number()) {
+      const std::string kind = v.begin().key();
+      const float x = v.begin().value().get<float>();
+      if (kind == "constant") return Initializer::constant(x);
+      if (x > 0 && kind == "truncated_normal") return Initializer::truncated_normal(x);
+      if (x > 0 && kind == "normal") return Initializer::normal(x);
+      if (x > 0 && kind == "uniform") return Initializer::uniform(x);
+    }
+    bad(key, v, expected);
+  }
+  [[noreturn]] void bad(const char* key, const Json& v, const std::string& expected) const {
+    fail("{}: {}: key '{}' is {} (expected {})", origin_, where_, key, v.dump(), expected);
+  }
+  std::string dump() const { return object_.dump(); }
+
+ private:
+  const Json& object_;
+  std::string origin_, where_;
+};
+
+// A layer's build step from its JSON object (index i, for errors and default names).
+Step parse_layer(const Json& layer, size_t i, const std::string& origin) {
+  std::string where = fmt::format("layer {}", i);
+  if (layer.is_object() && layer.contains("name") && layer["name"].is_string())
+    where += fmt::format(" ({})", layer["name"].get<std::string>());
+  Keys k(layer, origin, where);
+  const std::string type = k.text("type", std::nullopt);
+  const bool named = type == "conv2d" || type == "conv_bn" || type == "dense" ||
+                     type == "batch_norm" || type == "residual";
+  const std::string name =
+      k.text("name", named ? std::nullopt : std::optional(type + std::to_string(i)));
+  auto bn_options = [&] {
+    return nn::BatchNorm{.momentum = k.number("momentum", 0.99f, 0, false, 1),
+                         .epsilon = k.number("epsilon", 1e-3f, 0, true, 1)};
+  };
+  auto conv_options = [&] {
+    return nn::Conv2D{.filters = k.whole("filters", std::nullopt),
+                      .kernel = k.whole("kernel", 3),
+                      .stride = k.whole("stride", 1),
+                      .padding = k.padding(ops::Padding::same),
+                      .activation = k.activation(),
+                      .bias = k.flag("bias", true),
+                      .init = k.init("init", Initializer::he_normal()),
+                      .bias_init = k.number("bias_init", 0, -1e30f, true, 1e30f),
+                      .weight_decay = k.number("weight_decay", 0, 0, true, 1e30f)};
+  };
+  auto pool_options = [&] {
+    return nn::Pool{.size = k.whole("size", 2),
+                    .stride = k.whole("stride", 0, 0),
+                    .padding = k.padding(ops::Padding::valid)};
+  };
+  if (type == "conv2d") {
+    k.only({"type", "name", "filters", "kernel", "stride", "padding", "activation", "bias", "init",
+            "bias_init", "weight_decay"});
+    return [name, o = conv_options()](const Scope& s, Value x, Context&) {
+      return nn::conv2d(s, name, x, o);
+    };
+  }
+  if (type == "conv_bn") {
+    k.only({"type", "name", "filters", "kernel", "stride", "padding", "activation", "init",
+            "weight_decay", "momentum", "epsilon"});
+    return [name, o = conv_options(), bn = bn_options()](const Scope& s, Value x, Context& c) {
+      return nn::conv_bn(s, name, x, c.mode, c.updates, o, bn);
+    };
+  }
+  if (type == "dense") {
+    k.only({"type", "name", "units", "activation", "bias", "init", "bias_init", "weight_decay"});
+    // units: a number, or "num_classes" (the data set's, for the last layer).
+    const bool classes = k.has("units") && k.get("units") == "num_classes";
+    nn::Dense o{.units = classes ? 0 : k.whole("units", std::nullopt),
+                .activation = k.activation(),
+                .bias = k.flag("bias", true),
+                .init = k.init("init", Initializer::glorot_uniform()),
+                .bias_init = k.number("bias_init", 0, -1e30f, true, 1e30f),
+                .weight_decay = k.number("weight_decay", 0, 0, true, 1e30f)};
+    return [name, o, classes](const Scope& s, Value x, Context& c) {
+      nn::Dense d = o;
+      if (classes) d.units = c.num_classes;
+      return nn::dense(s, name, x, d);
+    };
+  }
+  if (type == "batch_norm") {
+    k.only({"type", "name", "momentum", "epsilon"});
+    return [name, bn = bn_options()](const Scope& s, Value x, Context& c) {
+      return nn::batch_norm(s, name, x, c.mode, c.updates, bn);
+    };
+  }
+  if (type == "residual") {
+    k.only({"type", "name", "filters", "stride", "weight_decay", "momentum", "epsilon"});
+    nn::Residual o{.filters = k.whole("filters", std::nullopt),
+                   .stride = k.whole("stride", 1),
+                   .weight_decay = k.number("weight_decay", 0, 0, true, 1e30f),
+                   .batch_norm = bn_options()};
+    return [name, o](const Scope& s, Value x, Context& c) {
+      return nn::residual_block(s, name, x, c.mode, c.updates, o);
+    };
+  }
+  if (type == "max_pool" || type == "avg_pool") {
+    k.only({"type", "name", "size", "stride", "padding"});
+    const bool max = type == "max_pool";
+    return [name, max, o = pool_options()](const Scope& s, Value x, Context&) {
+      return max ? nn::max_pool(s, name, x, o) : nn::avg_pool(s, name, x, o);
+    };
+  }
+  if (type == "lrn") {
+    k.only({"type", "name", "depth_radius", "bias", "alpha", "beta"});
+    ops::LRNAttrs o{.depth_radius = k.whole("depth_radius", 5, 0),
+                    .bias = k.number("bias", 1.0f, 0, true, 1e30f),
+                    .alpha = k.number("alpha", 1.0f, 0, true, 1e30f),
+                    .beta = k.number("beta", 0.5f, 0, true, 1e30f)};
+    return [name, o](const Scope& s, Value x, Context&) { return nn::lrn(s, name, x, o); };
+  }
+  if (type == "dropout") {
+    k.only({"type", "name", "rate"});
+    k.get("rate");  // required
+    const float rate = k.number("rate", 0, 0, false, 1);
+    return [rate](const Scope& s, Value x, Context& c) { return nn::dropout(s, x, rate, c.mode); };
+  }
+  if (type == "global_avg_pool" || type == "flatten") {
+    k.only({"type", "name"});
+    const bool pool = type == "global_avg_pool";
+    return [pool](const Scope& s, Value x, Context&) {
+      return pool ? nn::global_avg_pool(s, x) : nn::flatten(s, x);
+    };
+  }
+  if (auto a = nn::parse_activation(type); a && *a != nn::Activation::none) {
+    k.only({"type", "name"});
+    return [a = *a](const Scope& s, Value x, Context&) { return nn::activation(s, x, a); };
+  }
+  k.bad("type", k.get("type"),
+        "one of conv2d, conv_bn, dense, batch_norm, residual, max_pool, avg_pool, "
+        "global_avg_pool, flatten, dropout, lrn, relu, elu, sigmoid, tanh");
+}
+
+Recipe parse_recipe(const Json& json, const std::string& origin) {
+  Keys k(json, origin, "\"recipe\"");
+  k.only({"optimizer", "momentum", "lr", "lr_schedule", "batch_size", "epochs", "ema_decay",
+          "weight_decay", "augmentation"});
+  Recipe r;
+  r.optimizer = k.text("optimizer", r.optimizer);
+  r.momentum = k.number("momentum", r.momentum, 0, false, 1);
+  r.lr = k.number("lr", r.lr, 0, true, 1e30f);
+  r.lr_schedule = k.text("lr_schedule", r.lr_schedule);
+  r.batch_size = k.whole("batch_size", r.batch_size);
+  r.epochs = k.number("epochs", static_cast<float>(r.epochs), 0, true, 1e6f);
+  r.ema_decay = k.number("ema_decay", r.ema_decay, 0, false, 1);
+  r.weight_decay = k.number("weight_decay", r.weight_decay, 0, true, 1e30f);
+  r.augmentation = k.text("augmentation", r.augmentation);
+  return r;
+}
+
+}  // namespace
+
+ModelDef parse_model_file(const std::string& text, const std::string& origin) {
+  Json json;
+  try {
+    json = Json::parse(text);
+  } catch (const Json::parse_error& e) {
+    fail("{}: not valid JSON: {}", origin, e.what());
+  }
+  Keys top(json, origin, "the file");
+  top.only({"name", "description", "input", "recipe", "layers"});
+  ModelDef def;
+  def.name = top.text("name", std::nullopt);
+  for (char c : def.name)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-' && c != '.')
+      top.bad("name", top.get("name"), "letters, digits, '_', '-' and '.' only");
+  def.description = top.text("description", "from the model file " + origin);
+  const Json& input = top.get("input");
+  if (!input.is_array() || input.size() != 3) top.bad("input", input, "[channels, height, width]");
+  std::vector<int64_t> dims;
+  for (const Json& d : input) {
+    if (!d.is_number_integer() || d.get<int64_t>() < 1)
+      top.bad("input", input, "[channels, height, width] of whole numbers >= 1");
+    dims.push_back(d.get<int64_t>());
+  }
+  def.default_input = Shape(dims);
+  if (top.has("recipe")) def.recipe = parse_recipe(top.get("recipe"), origin);
+  const Json& layers = top.get("layers");
+  if (!layers.is_array() || layers.empty()) top.bad("layers", layers, "a non-empty list of layers");
+  std::vector<Step> steps;
+  for (size_t i = 0; i < layers.size(); ++i) steps.push_back(parse_layer(layers[i], i, origin));
+  def.build = [steps, origin](const Scope& scope, Value images, int num_classes, Mode mode) {
+    Context c{num_classes, mode, {}};
+    Value x = images;
+    for (size_t i = 0; i < steps.size(); ++i) {
+      try {
+        x = steps[i](scope, x, c);
+      } catch (const Error& e) {
+        fail("{}: layer {}: {}", origin, i, e.what());
+      }
+    }
+    const Shape& y = x.shape();
+    if (y.rank() != 2 || y[1] != num_classes)
+      fail(
+          "{}: the last layer gives values of shape {}, but the model must give (N, {}) logits, "
+          "one per class: end with a dense layer of \"units\": \"num_classes\"",
+          origin, y.to_string(), num_classes);
+    return ModelOutputs{x, std::move(c.updates)};
+  };
+  def.source = text;
+  // Shape mistakes show now, not at the first step.
+  count_parameters(def, def.default_input, 10);
+  return def;
+}
+
+std::string register_model_file(const std::string& text, const std::string& origin) {
+  ModelDef def = parse_model_file(text, origin);
+  std::string name = def.name;
+  try {
+    register_model(std::move(def));
+  } catch (const Error& e) {
+    fail("{}: {}", origin, e.what());
+  }
+  return name;
+}
+
+std::string load_model_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("cannot read the model file '{}'", path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return register_model_file(text.str(), path);
+}
+
+}  // namespace tower

@@ -16,7 +16,9 @@
 #include "tower/data/transforms.h"      // augmentation
 #include "tower/graph/graph.h"          // Graph, Scope, Value, variables
 #include "tower/io/checkpoint.h"        // checkpoint_save / checkpoint_load
-#include "tower/models/model.h"         // ModelDef, ModelRegistrar, Recipe, layer helpers
+#include "tower/models/model.h"         // ModelDef, ModelRegistrar, Recipe
+#include "tower/models/model_file.h"    // models from JSON files
+#include "tower/nn/layers.h"            // layers: conv2d, dense, batch_norm, pools, residual...
 #include "tower/ops/activation.h"       // the ops a model function is written with
 #include "tower/ops/batch_norm.h"
 #include "tower/ops/bias.h"

@@ -1,3 +1,5 @@
+// Devices (cpu:N logical CPU devices, cuda:N GPUs) and what the machine offers: cores, the
+// instruction-set level the CPU kernels use (and its cap), GPUs.
 #pragma once
 
 #include <cstdint>

@@ -1,3 +1,5 @@
+// Tensor: an n-dimensional array (shape, dtype, device): the inputs, outputs and variables of
+// every model.
 #pragma once
 
 #include <cstring>

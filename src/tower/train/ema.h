@@ -1,3 +1,5 @@
+// ExponentialMovingAverage: shadow copies of the weights, averaged after every update (the
+// classic program's variable_averages); evaluation reads them.
 #pragma once
 
 #include <cstdint>

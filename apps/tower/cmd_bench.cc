@@ -17,13 +17,14 @@
 #include "tower/models/model_file.h"
 #include "tower/parallel/data_parallel.h"
 #include "tower/train/trainer.h"
+#include "tower/train/training_state.h"
 
 namespace tower::cli {
 namespace {
 
 struct Flags {
   std::string model = "cifar10", mode = "train", strategy = "allreduce", devices,
-              precision = "fp32", model_file;
+              precision = "fp32", model_file, train_dir;
   int64_t batch_size = 128;
   int64_t micro_batch_size = 0;
   int threads = 0, num_devices = 1, steps = 10, windows = 5;
@@ -142,6 +143,11 @@ void run_bench(Flags flags) {
   Communicator& comm = world();
   if (flags.mode == "allreduce") return run_allreduce_bench(flags, comm);
   if (!flags.model_file.empty()) flags.model = load_model_file(flags.model_file);
+  if (!flags.train_dir.empty()) {  // the model of the latest checkpoint there
+    auto latest = checkpoint_latest(flags.train_dir);
+    if (!latest) fail("--train_dir: no checkpoint in '{}'", flags.train_dir);
+    flags.model = run_model(load_training_checkpoint(*latest).state.run, *latest + ".json").name;
+  }
   const ModelDef& model = get_model(flags.model);
   if (flags.mode != "train" && flags.mode != "infer")
     fail("bad --mode '{}': expected train, infer or allreduce", flags.mode);
@@ -258,6 +264,8 @@ CommandRegistrar registrar{
        app.add_option("--model", flags.model, "Model")->capture_default_str();
        app.add_option("--model_file", flags.model_file,
                       "A network as a JSON file (docs/model_file.md), instead of --model");
+       app.add_option("--train_dir", flags.train_dir,
+                      "The model of the latest checkpoint there, instead of --model");
        app.add_option("--mode", flags.mode,
                       "train (forward + backward + SGD update), infer, or allreduce (MPI transport "
                       "time by message size, under mpirun)")

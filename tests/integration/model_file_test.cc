@@ -50,6 +50,9 @@ TEST(ModelFileCliTest, ExampleFilesTrainToTheBitsOfTheBuiltInModels) {
     auto eval = run_tower("eval --train_dir " + dir + " --run_once");
     EXPECT_EQ(eval.exit_code, 0) << eval.output;
     EXPECT_TRUE(contains(eval.output, "precision @ 1")) << eval.output;
+    auto bench = run_tower("bench --train_dir " + dir + " --batch_size 8 --steps 1 --windows 1");
+    EXPECT_EQ(bench.exit_code, 0) << bench.output;
+    EXPECT_TRUE(contains(bench.output, "\"model\":\"" + model + "_file\"")) << bench.output;
     auto inspect = run_tower("inspect " + dir);
     EXPECT_EQ(inspect.exit_code, 0) << inspect.output;
     EXPECT_TRUE(contains(inspect.output, "model_file")) << inspect.output;

@@ -3,7 +3,6 @@
 #include <cctype>
 
 #include "tower/models/model.h"
-#include "tower/models/model_file.h"
 #include "tower/parallel/data_parallel.h"
 #include "tower/train/evaluator.h"
 #include "tower/train/training_state.h"
@@ -42,9 +41,7 @@ EvalResult evaluate_checkpoint(const EvalConfig& config) {
          older_checkpoint_hint(config.train_dir, steps.empty() ? 0 : steps.back(), "--checkpoint"));
   }
   const TrainingState& state = checkpoint.state;
-  if (!state.run.model_file.empty())  // a model file's run: its text travels in the checkpoint
-    register_model_file(state.run.model_file, "the model file of " + prefix + ".json");
-  const ModelDef& model = get_model(state.run.model);
+  const ModelDef& model = run_model(state.run, prefix + ".json");
   const bool other_data = !config.data.empty() && config.data != state.run.data;
   const std::string data = other_data ? config.data : state.run.data;
   auto test_set =

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "tower/core/error.h"
+#include "tower/models/model_file.h"
 #include "tower/parallel/communicator.h"
 
 namespace tower {
@@ -132,6 +133,11 @@ std::optional<IdentityDifference> first_difference(const RunIdentity& saved,
   for (const auto& [key, value] : a.items())
     if (b.at(key) != value) return IdentityDifference{key, value.dump(), b.at(key).dump()};
   return std::nullopt;
+}
+
+const ModelDef& run_model(const RunIdentity& run, const std::string& origin) {
+  if (!run.model_file.empty()) register_model_file(run.model_file, "the model file of " + origin);
+  return get_model(run.model);
 }
 
 void save_training_checkpoint(const std::string& dir, const TrainingState& state,

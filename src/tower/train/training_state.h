@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tower/io/checkpoint.h"
+#include "tower/models/model.h"
 
 namespace tower {
 
@@ -50,6 +51,10 @@ struct IdentityDifference {
 };
 std::optional<IdentityDifference> first_difference(const RunIdentity& saved,
                                                    const RunIdentity& now);
+
+// The model a run trained; a model file's is registered from the text the checkpoint carries
+// (`origin` names the checkpoint in errors).
+const ModelDef& run_model(const RunIdentity& run, const std::string& origin);
 
 // A checkpoint of a training run: its tensors and its validated state.
 struct TrainingCheckpoint {

@@ -1,4 +1,5 @@
-# Required: fmt, zlib, CLI11, nlohmann_json, oneDNN. Optional: MPI, CUDA toolkit, NCCL.
+# Required: fmt, zlib, CLI11, nlohmann_json, oneDNN, TurboJPEG, libspng. Optional: MPI, CUDA
+# toolkit, NCCL.
 find_package(Threads REQUIRED)
 find_package(fmt REQUIRED)
 find_package(ZLIB REQUIRED)
@@ -6,6 +7,10 @@ find_package(CLI11 CONFIG REQUIRED)
 find_package(nlohmann_json CONFIG REQUIRED)
 find_package(dnnl CONFIG REQUIRED)
 find_package(OpenMP REQUIRED)
+# Image folders: libjpeg-turbo's TurboJPEG API and libspng (Debian: libturbojpeg0-dev libspng-dev).
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(TURBOJPEG REQUIRED IMPORTED_TARGET libturbojpeg)
+pkg_check_modules(SPNG REQUIRED IMPORTED_TARGET spng)
 if(TOWER_BUILD_TESTS)
   find_package(GTest REQUIRED)
 endif()

@@ -29,7 +29,8 @@ add_dependencies(tower_shared ${whole})
 target_link_options(tower_shared PRIVATE "LINKER:--whole-archive" ${archives}
                     "LINKER:--no-whole-archive" "LINKER:--exclude-libs,libcudart_static.a")
 set_property(TARGET tower_shared APPEND PROPERTY LINK_DEPENDS ${archives})
-set(private_libs DNNL::dnnl OpenMP::OpenMP_CXX ZLIB::ZLIB fmt::fmt Threads::Threads ${CMAKE_DL_LIBS})
+set(private_libs DNNL::dnnl OpenMP::OpenMP_CXX ZLIB::ZLIB PkgConfig::TURBOJPEG PkgConfig::SPNG
+                 fmt::fmt Threads::Threads ${CMAKE_DL_LIBS})
 if(TOWER_HAVE_MPI)
   list(APPEND private_libs MPI::MPI_C)
 endif()

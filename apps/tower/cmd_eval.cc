@@ -4,6 +4,7 @@
 // the training data's test split; eval_raw/... for --no_ema; eval_<data>/... for another --data).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <thread>
@@ -34,10 +35,60 @@ void record(const EvalResult& r, const std::string& eval_dir) {
   if (ec) fail("cannot create the eval dir '{}' (--eval_dir): {}", dir, ec.message());
   EventWriter events(dir);
   events.add_scalar(r.key + "/precision_at_1", static_cast<float>(r.precision_at_1), r.step);
+  // The confusion matrix as an image: row t (true class), column p (predicted), each row scaled to
+  // its largest count, every cell a square of pixels.
+  const int64_t k = static_cast<int64_t>(r.class_names.size());
+  if (k > 0 && r.confusion.size() == static_cast<size_t>(k * k)) {
+    const int64_t cell = std::max<int64_t>(1, 256 / k), side = k * cell;
+    std::vector<uint8_t> pixels(static_cast<size_t>(side * side));
+    for (int64_t t = 0; t < k; ++t) {
+      const int64_t top =
+          *std::max_element(r.confusion.begin() + t * k, r.confusion.begin() + (t + 1) * k);
+      for (int64_t y = t * cell; y < (t + 1) * cell; ++y)
+        for (int64_t x = 0; x < side; ++x)
+          pixels[static_cast<size_t>(y * side + x)] = static_cast<uint8_t>(
+              top > 0 ? 255 * r.confusion[static_cast<size_t>(t * k + x / cell)] / top : 0);
+    }
+    events.add_image(r.key + "/confusion_matrix", pixels.data(), static_cast<int>(side),
+                     static_cast<int>(side), 1, r.step);
+  }
   MetricsLog(dir + "/metrics.jsonl")
       .append({{"step", r.step},
                {"checkpoint", r.checkpoint},
-               {r.key + "_precision_at_1", r.precision_at_1}});
+               {r.key + "_precision_at_1", r.precision_at_1},
+               {r.key + "_classes", r.class_names},
+               {r.key + "_confusion", r.confusion}});
+}
+
+// Per class: precision (of the examples predicted as the class, the share that are) and recall
+// (of the class's examples, the share predicted as it); then the matrix itself for up to 20
+// classes.
+void print_classes(const EvalResult& r) {
+  const int64_t k = static_cast<int64_t>(r.class_names.size());
+  if (k == 0 || r.confusion.size() != static_cast<size_t>(k * k)) return;
+  size_t width = 5;
+  for (const std::string& name : r.class_names) width = std::max(width, name.size());
+  fmt::print("  {:<{}}  precision  recall  examples\n", "class", width);
+  for (int64_t c = 0; c < k; ++c) {
+    int64_t predicted = 0, actual = 0;
+    for (int64_t o = 0; o < k; ++o) {
+      predicted += r.confusion[static_cast<size_t>(o * k + c)];
+      actual += r.confusion[static_cast<size_t>(c * k + o)];
+    }
+    const int64_t hit = r.confusion[static_cast<size_t>(c * k + c)];
+    fmt::print("  {:<{}}  {:>9.4f}  {:>6.4f}  {:>8}\n", r.class_names[static_cast<size_t>(c)],
+               width,
+               predicted > 0 ? static_cast<double>(hit) / static_cast<double>(predicted) : 0.0,
+               actual > 0 ? static_cast<double>(hit) / static_cast<double>(actual) : 0.0, actual);
+  }
+  if (k > 20) return;
+  fmt::print("  confusion matrix (rows: true class, columns: predicted, in class order):\n");
+  for (int64_t t = 0; t < k; ++t) {
+    fmt::print("  {:<{}}", r.class_names[static_cast<size_t>(t)], width);
+    for (int64_t p = 0; p < k; ++p)
+      fmt::print(" {:>5}", r.confusion[static_cast<size_t>(t * k + p)]);
+    fmt::print("\n");
+  }
 }
 
 void run_eval(Flags& flags) {
@@ -54,6 +105,7 @@ void run_eval(Flags& flags) {
         last_step = r.step;
         fmt::print("step {}: precision @ 1 = {:.4f} ({} examples)\n", r.step, r.precision_at_1,
                    r.examples);
+        print_classes(r);
         std::fflush(stdout);
         record(r, flags.eval_dir);
       }

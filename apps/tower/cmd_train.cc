@@ -80,8 +80,19 @@ CommandRegistrar registrar{
        app.add_option("--model_file", flags.model_file,
                       "A network as a JSON file (docs/model_file.md), instead of --model");
        app.add_option("--data", c.data,
-                      "Data set: fashion-mnist | cifar10:DIR | cifar100:DIR | idx:DIR")
+                      "Data set: fashion-mnist | cifar10:DIR | cifar100:DIR | idx:DIR | folder:DIR "
+                      "(JPEG/PNG images in class folders) | npy:DIR (NumPy arrays); default: the "
+                      "recipe's (docs/data.md)");
+       app.add_option("--image_size", c.image_size,
+                      "folder: bring images to this size, S or H,W (default: the size of the data "
+                      "the recipe is for, else the model's input)")
+           ->delimiter(',')
+           ->expected(1, 2);
+       app.add_option("--test_fraction", c.test_fraction,
+                      "folder without train/ and test/: the share of images held out for testing")
            ->capture_default_str();
+       app.add_flag("--skip_bad_images", c.skip_bad_images,
+                    "folder: skip corrupt images with a warning instead of stopping");
        app.add_option("--devices", flags.devices, "Devices, e.g. cpu:0,cpu:1 (one tower each)");
        app.add_option("--num_devices", c.num_devices, "Split the CPU cores into N logical devices")
            ->check(positive);

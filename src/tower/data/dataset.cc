@@ -3,6 +3,8 @@
 #include "tower/core/error.h"
 #include "tower/data/cifar.h"
 #include "tower/data/idx.h"
+#include "tower/data/image_folder.h"
+#include "tower/data/npy.h"
 
 namespace tower {
 
@@ -34,10 +36,15 @@ DatasetSpec parse_dataset_spec(std::string_view text) {
     spec.cifar100_label = Cifar100Label::coarse;
   } else if (kind == "idx") {
     spec.format = DatasetFormat::idx;
+  } else if (kind == "folder") {
+    spec.format = DatasetFormat::folder;
+  } else if (kind == "npy") {
+    spec.format = DatasetFormat::npy;
   } else {
     fail(
-        "unknown data set '{}'; expected fashion-mnist, idx:DIR, cifar10:DIR, cifar100:DIR or "
-        "cifar100-coarse:DIR",
+        "unknown data set '{}'; expected fashion-mnist, idx:DIR, cifar10:DIR, cifar100:DIR, "
+        "cifar100-coarse:DIR, folder:DIR (JPEG/PNG images in class folders) or npy:DIR (NumPy "
+        "arrays)",
         text);
   }
   if (dir.empty()) fail("data set '{}' names no directory; expected {}:DIR", text, kind);
@@ -57,9 +64,34 @@ Dataset open_dataset(const DatasetSpec& spec, Split split) {
     case DatasetFormat::idx:
       dataset = read_idx(spec.dir, split);
       break;
+    case DatasetFormat::folder:
+      dataset = read_image_folder(spec.dir, split,
+                                  {.image_shape = spec.image_shape,
+                                   .test_fraction = spec.test_fraction,
+                                   .skip_bad_images = spec.skip_bad_images});
+      break;
+    case DatasetFormat::npy:
+      dataset = read_npy(spec.dir, split);
+      break;
   }
+  if (dataset.class_names.empty())
+    dataset.class_names = default_class_names(spec.format, spec.dir, dataset.num_classes);
   if (!spec.text.empty()) dataset.name = fmt::format("{} ({})", spec.text, split_name(split));
   return dataset;
+}
+
+std::vector<std::string> default_class_names(DatasetFormat format, const std::string& dir,
+                                             int num_classes) {
+  static const std::vector<std::string> fashion = {
+      "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+      "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
+  static const std::vector<std::string> cifar10 = {
+      "airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"};
+  if (format == DatasetFormat::idx && dir == kFashionMnistDir && num_classes == 10) return fashion;
+  if (format == DatasetFormat::cifar10 && num_classes == 10) return cifar10;
+  std::vector<std::string> names;
+  for (int c = 0; c < num_classes; ++c) names.push_back(std::to_string(c));
+  return names;
 }
 
 }  // namespace tower

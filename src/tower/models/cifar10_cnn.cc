@@ -45,7 +45,8 @@ ModelRegistrar registrar{{"cifar10",
                                  .batch_size = 128,
                                  .epochs = 256,
                                  .ema_decay = 0.9999f,
-                                 .augmentation = "cifar10"}}};
+                                 .augmentation = "cifar10",
+                                 .data = "cifar10"}}};
 
 }  // namespace
 }  // namespace tower

@@ -48,7 +48,8 @@ Recipe fashion_mnist_recipe() {
           .lr_schedule = "cosine:warmup_steps=50",
           .batch_size = 64,
           .epochs = 2.5,
-          .ema_decay = 0.9999f};
+          .ema_decay = 0.9999f,
+          .data = "fashion-mnist"};
 }
 
 std::string to_string(const Recipe& r) {
@@ -58,7 +59,8 @@ std::string to_string(const Recipe& r) {
   text +=
       fmt::format(", {}, batch {} per tower, {} epochs, ", r.lr_schedule, r.batch_size, r.epochs);
   text += r.ema_decay > 0 ? fmt::format("EMA {}", r.ema_decay) : std::string("no EMA");
-  return text + fmt::format(", augmentation {}", r.augmentation);
+  text += fmt::format(", augmentation {}", r.augmentation);
+  return r.data.empty() ? text : text + fmt::format(", for {} data", r.data);
 }
 
 std::vector<std::string> model_names() {

@@ -37,6 +37,9 @@ struct Recipe {
   float ema_decay = 0;                // moving average of the weights; 0: none
   float weight_decay = 0;             // adamw
   std::string augmentation = "none";  // none | cifar10 | pad-crop-flip (data/transforms.h)
+  // The data set the recipe is for ("fashion-mnist", "cifar10"; empty: none in particular):
+  // what `tower train` trains on without --data, and the size folder images are brought to.
+  std::string data;
 };
 // The recipe of the Fashion-MNIST models (lenet, mlp): Adam at 3e-3, 50 warm-up steps then cosine
 // decay, batch 64 per tower, 2.5 epochs, EMA 0.9999.

@@ -232,7 +232,7 @@ Step parse_layer(const Json& layer, size_t i, const std::string& origin) {
 Recipe parse_recipe(const Json& json, const std::string& origin) {
   Keys k(json, origin, "\"recipe\"");
   k.only({"optimizer", "momentum", "lr", "lr_schedule", "batch_size", "epochs", "ema_decay",
-          "weight_decay", "augmentation"});
+          "weight_decay", "augmentation", "data"});
   Recipe r;
   r.optimizer = k.text("optimizer", r.optimizer);
   r.momentum = k.number("momentum", r.momentum, 0, false, 1);
@@ -243,6 +243,7 @@ Recipe parse_recipe(const Json& json, const std::string& origin) {
   r.ema_decay = k.number("ema_decay", r.ema_decay, 0, false, 1);
   r.weight_decay = k.number("weight_decay", r.weight_decay, 0, true, 1e30f);
   r.augmentation = k.text("augmentation", r.augmentation);
+  r.data = k.text("data", std::string());
   return r;
 }
 

@@ -36,7 +36,8 @@ ModelRegistrar registrar{
             .lr_schedule = "piecewise:boundary_epochs=82;123,values=0.1;0.01;0.001",
             .batch_size = 128,
             .epochs = 164,
-            .augmentation = "pad-crop-flip"}}};
+            .augmentation = "pad-crop-flip",
+            .data = "cifar10"}}};
 
 }  // namespace
 }  // namespace tower

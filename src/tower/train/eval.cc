@@ -44,8 +44,10 @@ EvalResult evaluate_checkpoint(const EvalConfig& config) {
   const ModelDef& model = run_model(state.run, prefix + ".json");
   const bool other_data = !config.data.empty() && config.data != state.run.data;
   const std::string data = other_data ? config.data : state.run.data;
-  auto test_set =
-      std::make_shared<const Dataset>(open_dataset(parse_dataset_spec(data), Split::test));
+  DatasetSpec spec = run_data_spec({.data = data}, model);
+  if (spec.format == DatasetFormat::folder && state.image_shape.rank() == 3)
+    spec.image_shape = state.image_shape;  // the size the run trained on (--image_size)
+  auto test_set = std::make_shared<const Dataset>(open_dataset(spec, Split::test));
   const std::string augmentation =
       state.augmentation.empty() ? model.recipe.augmentation : state.augmentation;
   const int threads =
@@ -61,6 +63,10 @@ EvalResult evaluate_checkpoint(const EvalConfig& config) {
         input_transforms(augmentation, model.default_input, test_set->image_shape()).eval,
         config.batch_size, threads, config.precision);
     result.examples = evaluator.examples();
+    result.class_names =
+        !other_data && state.classes.size() == static_cast<size_t>(test_set->num_classes)
+            ? state.classes
+            : test_set->class_names;
     result.precision_at_1 = evaluator.evaluate([&](const std::string& name) -> const Tensor& {
       const auto& tensors = checkpoint.data.tensors;
       auto it = ema ? tensors.find(name + "/ExponentialMovingAverage") : tensors.end();
@@ -69,6 +75,7 @@ EvalResult evaluate_checkpoint(const EvalConfig& config) {
         fail("the checkpoint has no tensor '{}' needed by model {}", name, state.run.model);
       return it->second;
     });
+    result.confusion = evaluator.confusion();
   } catch (const Error& e) {
     fail("cannot evaluate checkpoint {} (model {}, trained on {}) on {}{}: {}", prefix,
          state.run.model, state.run.data, other_data ? "--data " : "", data, e.what());

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "tower/core/dtype.h"
 
@@ -27,6 +28,9 @@ struct EvalResult {
   // weights on the training data's test split, "eval_raw" for the raw weights, with
   // "_<data set>" appended for another --data.
   std::string key;
+  std::vector<std::string> class_names;
+  // confusion[t * classes + p]: the examples of class t predicted as p (the first largest logit).
+  std::vector<int64_t> confusion;
 };
 
 // Throws tower::Error naming the checkpoint, the flag or the variable when the checkpoint cannot

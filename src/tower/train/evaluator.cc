@@ -10,7 +10,8 @@ struct Evaluator::Impl {
   std::shared_ptr<const Dataset> dataset;
   int64_t batch_size;
   Graph graph;
-  Value images, labels, correct;
+  Value images, labels, correct, predicted;
+  std::vector<int64_t> confusion;
   VariableStore variables;
   std::unique_ptr<Program> program;
   std::unique_ptr<InputPipeline> pipeline;
@@ -37,16 +38,18 @@ Evaluator::Evaluator(const std::string& model, std::shared_ptr<const Dataset> da
   m.labels = scope.placeholder("labels", Shape{m.batch_size}, DType::i32);
   ModelOutputs out = get_model(model).build(scope, m.images, dataset->num_classes, Mode::eval);
   m.correct = ops::in_top_k(scope, out.logits, m.labels, 1);
+  m.predicted = ops::argmax(scope, out.logits);
   m.variables.initialize(m.graph, 0);
   ProgramOptions options{Device{}, num_threads > 0 ? num_threads : cpu_info().num_cores};
   options.precision = precision;
-  m.program =
-      std::make_unique<Program>(m.graph, std::vector<Value>{m.correct}, m.variables, options);
+  m.program = std::make_unique<Program>(m.graph, std::vector<Value>{m.correct, m.predicted},
+                                        m.variables, options);
 }
 
 Evaluator::~Evaluator() = default;
 
 int64_t Evaluator::examples() const { return impl_->dataset->size(); }
+const std::vector<int64_t>& Evaluator::confusion() const { return impl_->confusion; }
 
 double Evaluator::evaluate(const std::function<const Tensor&(const std::string&)>& weights) {
   Impl& m = *impl_;
@@ -61,7 +64,8 @@ double Evaluator::evaluate(const std::function<const Tensor&(const std::string&)
   }
   InputPipeline pipeline(m.dataset, m.options);
   int64_t seen = 0, correct = 0;
-  const int64_t total = m.dataset->size();
+  const int64_t total = m.dataset->size(), classes = m.dataset->num_classes;
+  m.confusion.assign(static_cast<size_t>(classes * classes), 0);
   while (seen < total) {
     Batch batch = pipeline.next();
     const int64_t n = batch.images.shape()[0];
@@ -73,7 +77,12 @@ double Evaluator::evaluate(const std::function<const Tensor&(const std::string&)
     labels.slice(0, n).copy_from(batch.labels);
     m.program->run();
     const float* c = m.program->output(0).data<float>();
-    for (int64_t i = 0; i < n; ++i) correct += c[i] > 0.5f ? 1 : 0;
+    const int32_t* p = m.program->output(1).data<int32_t>();
+    const int32_t* t = batch.labels.data<int32_t>();
+    for (int64_t i = 0; i < n; ++i) {
+      correct += c[i] > 0.5f ? 1 : 0;
+      if (p[i] >= 0 && p[i] < classes) ++m.confusion[static_cast<size_t>(t[i] * classes + p[i])];
+    }
     seen += n;
   }
   return total > 0 ? static_cast<double>(correct) / static_cast<double>(total) : 0.0;
@@ -100,6 +109,63 @@ InputTransforms input_transforms(const std::string& augmentation, const Shape& m
     return {scale_to_unit(), scale_to_unit()};
   if (augmentation == "pad-crop-flip") return {pad_crop_flip_transform(4), scale_to_unit()};
   fail("--augmentation '{}': expected none, cifar10 or pad-crop-flip", augmentation);
+}
+
+DatasetSpec run_data_spec(const DataOptions& o, const ModelDef& model) {
+  std::string data = o.data;
+  if (data.empty()) {
+    const std::string& want = model.recipe.data;
+    if (!want.empty() && want != "fashion-mnist")
+      fail(
+          "model {} is meant for {} data ({} images): pass --data {}:DIR, or your own images as "
+          "--data folder:DIR or npy:DIR (`tower make-dataset --format {} --out DIR` makes a small "
+          "{} set)",
+          model.name, want, recipe_data_shape(model).to_string(), want, want, want);
+    data = "fashion-mnist";
+  }
+  DatasetSpec spec = parse_dataset_spec(data);
+  if (spec.format == DatasetFormat::folder) {
+    const Shape fit = recipe_data_shape(model);
+    int64_t h = fit[1], w = fit[2];
+    if (o.image_size.size() == 1) h = w = o.image_size[0];
+    if (o.image_size.size() == 2) h = o.image_size[0], w = o.image_size[1];
+    const int64_t c = model.default_input[0];
+    if (c != 1 && c != 3)
+      fail("model {} takes {} channels; folder images can be brought to 1 (grey) or 3 (RGB)",
+           model.name, c);
+    spec.image_shape = Shape{c, h, w};
+  }
+  if (o.image_size.size() > 2 || (o.image_size.size() == 2 && o.image_size[1] < 1) ||
+      (!o.image_size.empty() && o.image_size[0] < 1))
+    fail("--image_size: expected S or H,W (pixels), got {} values", o.image_size.size());
+  if (!(o.test_fraction > 0 && o.test_fraction < 1))
+    fail("--test_fraction must be in (0, 1), got {}", o.test_fraction);
+  spec.test_fraction = o.test_fraction;
+  spec.skip_bad_images = o.skip_bad_images;
+  return spec;
+}
+
+Shape recipe_data_shape(const ModelDef& model) {
+  const std::string& d = model.recipe.data;
+  if (d == "cifar10" || d == "cifar100") return Shape{3, 32, 32};
+  if (d == "fashion-mnist" || d == "mnist") return Shape{1, 28, 28};
+  return model.default_input;
+}
+
+std::string check_model_fits_data(const ModelDef& model, const Shape& model_input,
+                                  const Dataset& data) {
+  const Shape& want = model.default_input;
+  if (model_input[0] != want[0])
+    fail(
+        "the images of {} are {} but model {} takes {} images: pass a --model for such images "
+        "(--model or --model_file), or data of {} channel{} (a folder, --data folder:DIR, is "
+        "brought to the model's)",
+        data.name, data.image_shape().to_string(), model.name, want.to_string(), want[0],
+        want[0] == 1 ? "" : "s");
+  if (model_input != want)
+    return fmt::format("model {} is meant for {} inputs; it is built for the {} inputs of {}",
+                       model.name, want.to_string(), model_input.to_string(), data.name);
+  return "";
 }
 
 }  // namespace tower

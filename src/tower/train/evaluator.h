@@ -5,6 +5,7 @@
 
 #include "tower/data/dataset.h"
 #include "tower/data/transforms.h"
+#include "tower/models/model.h"
 #include "tower/runtime/program.h"
 
 namespace tower {
@@ -21,6 +22,8 @@ class Evaluator {
   // `weights(name)` returns the tensor to use for each variable of the model.
   double evaluate(const std::function<const Tensor&(const std::string&)>& weights);
   int64_t examples() const;
+  // Of the last evaluate(): [true class * classes + predicted class] -> examples.
+  const std::vector<int64_t>& confusion() const;
 
  private:
   struct Impl;
@@ -40,5 +43,24 @@ struct InputTransforms {
 };
 InputTransforms input_transforms(const std::string& augmentation, const Shape& model_input,
                                  const Shape& data_image);
+
+// The data set a run trains on: `data` (--data), or without it the data set of the model's recipe
+// (Fashion-MNIST, which Debian installs; for any other an error that says what to pass and how
+// `tower make-dataset` makes a small one). A folder's images are brought to the model's channels
+// and to `image_size` (H, W) or else the size of the data the recipe is for (CIFAR: 32x32).
+struct DataOptions {
+  std::string data;
+  std::vector<int64_t> image_size;  // --image_size: empty, {S} or {H, W}
+  double test_fraction = 0.1;
+  bool skip_bad_images = false;
+};
+DatasetSpec run_data_spec(const DataOptions& options, const ModelDef& model);
+// The images of the data set the model's recipe is for, (C, H, W); its input without one.
+Shape recipe_data_shape(const ModelDef& model);
+
+// Refuses data whose channels the model cannot take, naming both shapes and the flags; for another
+// height and width, returns a warning line (models adapt to the size they are built for).
+std::string check_model_fits_data(const ModelDef& model, const Shape& model_input,
+                                  const Dataset& data);
 
 }  // namespace tower

@@ -184,7 +184,7 @@ class Run {
 
   // Both splits are opened (and so checked) before the first step.
   void open_data() {
-    spec_ = parse_dataset_spec(config_.data);
+    spec_ = run_data_spec(data_options(config_), model_);
     train_set_ = std::make_shared<const Dataset>(open_dataset(spec_, Split::train));
     if (chief_ && (config_.final_eval || config_.eval_every > 0))
       test_set_ = std::make_shared<const Dataset>(open_dataset(spec_, Split::test));
@@ -202,6 +202,9 @@ class Run {
           global_batch_, train_set_->name, train_set_->size());
     transforms_ =
         input_transforms(config_.augmentation, model_.default_input, train_set_->image_shape());
+    const std::string warning = check_model_fits_data(
+        model_, transform_output_shape(transforms_.train, train_set_->image_shape()), *train_set_);
+    if (chief_ && !warning.empty()) fmt::print(stderr, "warning: {}\n", warning);
   }
 
   // Rank 0 finds the checkpoint to resume from and tells the others where training stands.
@@ -530,6 +533,8 @@ class Run {
     for (const Device& d : plan_.devices) state.devices.push_back(d.to_string());
     state.ema = ema_ != nullptr;
     state.augmentation = config_.augmentation;
+    state.classes = train_set_->class_names;
+    state.image_shape = train_set_->image_shape();
     save_training_checkpoint(config_.train_dir, state, tensors, config_.keep_checkpoints);
   }
 
@@ -611,9 +616,13 @@ void apply_recipe(TrainConfig& config, const Recipe& recipe) {
   config.augmentation = recipe.augmentation;
 }
 
+DataOptions data_options(const TrainConfig& c) {
+  return {c.data, c.image_size, c.test_fraction, c.skip_bad_images};
+}
+
 void validate(const TrainConfig& c) {
   const ModelDef& model = get_model(c.model);
-  parse_dataset_spec(c.data);
+  run_data_spec(data_options(c), model);
   check_count("--batch_size", c.batch_size, 1, kMaxBatch);
   check_count("--global_batch_size", c.global_batch_size, 0, kMaxBatch);
   check_count("--micro_batch_size", c.micro_batch_size, 0, kMaxBatch);
@@ -646,8 +655,11 @@ void validate(const TrainConfig& c) {
   validate(c.optimizer);
 }
 
-TrainResult train(const TrainConfig& config, Communicator& comm) {
-  validate(config);
+TrainResult train(const TrainConfig& given, Communicator& comm) {
+  validate(given);
+  TrainConfig config = given;
+  // The data set as a spec that names it, recorded in checkpoints and compared between ranks.
+  config.data = run_data_spec(data_options(config), get_model(config.model)).text;
   return Run(config, comm).go();
 }
 

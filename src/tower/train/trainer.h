@@ -13,13 +13,19 @@
 #include "tower/parallel/communicator.h"
 #include "tower/parallel/data_parallel.h"
 #include "tower/parallel/gradient_reducer.h"
+#include "tower/train/evaluator.h"
 #include "tower/train/optimizer.h"
 
 namespace tower {
 
 struct TrainConfig {
   std::string model = "lenet";
-  std::string data = "fashion-mnist";
+  // --data; empty: the recipe's data set (evaluator.h: run_data_spec). For folders: the size
+  // images are brought to (--image_size: {S} or {H, W}), the held-out fraction, bad images.
+  std::string data;
+  std::vector<int64_t> image_size;
+  double test_fraction = 0.1;
+  bool skip_bad_images = false;
   std::vector<Device> devices;  // empty: num_devices logical CPU devices
   int num_devices = 0;          // 0: one per core
   int num_threads = 0;          // threads of all towers together; 0: this rank's share of the cores
@@ -69,6 +75,8 @@ void apply_recipe(TrainConfig& config, const Recipe& recipe);
 
 // Every field checked up front (finite, in range, consistent); the error names the flag.
 void validate(const TrainConfig& config);
+// The data fields of a config (run_data_spec).
+DataOptions data_options(const TrainConfig& config);
 
 // A built-in model's towers with one optimizer per replica: the stage of train() that `tower
 // bench` reuses. Each tower fetches its total loss, then the cross-entropy and the accuracy.

@@ -82,7 +82,9 @@ Json training_state_to_json(const TrainingState& s) {
           {"run", Json(identity_json(s.run))},
           {"devices", s.devices},
           {"ema", s.ema},
-          {"augmentation", s.augmentation}};
+          {"augmentation", s.augmentation},
+          {"classes", s.classes},
+          {"image_shape", s.image_shape.dims()}};
 }
 
 TrainingState training_state_from_json(const Json& json, const std::string& file) {
@@ -113,6 +115,22 @@ TrainingState training_state_from_json(const Json& json, const std::string& file
   }
   s.ema = top.at("ema", &Json::is_boolean, "true or false").get<bool>();
   if (top.has("augmentation")) s.augmentation = top.text("augmentation");
+  if (top.has("classes"))
+    for (const Json& c : top.at("classes", &Json::is_array, "a list of class names")) {
+      if (!c.is_string()) top.error("classes", "holds " + c.dump(), "a list of class names");
+      s.classes.push_back(c.get<std::string>());
+    }
+  if (top.has("image_shape")) {
+    std::vector<int64_t> dims;
+    for (const Json& d : top.at("image_shape", &Json::is_array, "[C, H, W]")) {
+      if (!d.is_number_integer() || d.get<int64_t>() < 1)
+        top.error("image_shape", "holds " + d.dump(), "[C, H, W] of whole numbers >= 1");
+      dims.push_back(d.get<int64_t>());
+    }
+    if (dims.size() != 3)
+      top.error("image_shape", "has " + std::to_string(dims.size()) + " values", "[C, H, W]");
+    s.image_shape = Shape(dims);
+  }
   return s;
 }
 

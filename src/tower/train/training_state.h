@@ -36,6 +36,8 @@ struct TrainingState {
   std::vector<std::string> devices;  // of rank 0, for information
   bool ema = false;                  // the tensors include "<var>/ExponentialMovingAverage"
   std::string augmentation;          // empty in checkpoints of older versions
+  std::vector<std::string> classes;  // the class names of the data set (empty in older ones)
+  Shape image_shape;                 // (C, H, W) of the data set's images (rank 0 in older ones)
 };
 
 nlohmann::json training_state_to_json(const TrainingState& state);

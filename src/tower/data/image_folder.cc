@@ -1,0 +1,359 @@
+#include "tower/data/image_folder.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "tower/data/file_io.h"
+#include "tower/data/image_decode.h"
+
+namespace tower {
+namespace {
+
+namespace fs = std::filesystem;
+
+uint64_t fnv1a(const void* data, size_t n, uint64_t h = 1469598103934665603ull) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+uint64_t fnv1a(const std::string& s, uint64_t h = 1469598103934665603ull) {
+  return fnv1a(s.data(), s.size(), h);
+}
+
+bool is_image_file(const fs::path& path) {
+  std::string ext = path.extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
+  return ext == ".jpg" || ext == ".jpeg" || ext == ".png";
+}
+
+// The class folders of `root` (sorted, hidden ones left out).
+std::vector<std::string> class_folders(const fs::path& root) {
+  std::vector<std::string> classes;
+  for (const auto& e : fs::directory_iterator(root))
+    if (e.is_directory() && e.path().filename().string()[0] != '.')
+      classes.push_back(e.path().filename().string());
+  std::sort(classes.begin(), classes.end());
+  return classes;
+}
+
+// The images under root/<class>/ for each class (recursively, sorted), relative to `base`.
+std::vector<FolderEntry> list_classes(const fs::path& root, const fs::path& base,
+                                      const std::vector<std::string>& classes, int64_t& ignored,
+                                      bool allow_empty) {
+  std::vector<FolderEntry> entries;
+  for (size_t c = 0; c < classes.size(); ++c) {
+    const fs::path dir = root / classes[c];
+    std::vector<FolderEntry> found;
+    if (fs::is_directory(dir))
+      for (const auto& e : fs::recursive_directory_iterator(dir)) {
+        if (!e.is_regular_file()) continue;
+        if (!is_image_file(e.path())) {
+          ++ignored;
+          continue;
+        }
+        struct stat st {};
+        if (::stat(e.path().c_str(), &st) != 0) fail("cannot read '{}'", e.path().string());
+        found.push_back(
+            {fs::relative(e.path(), base).generic_string(), static_cast<int32_t>(c),
+             static_cast<uint64_t>(st.st_size),
+             static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec});
+      }
+    if (found.empty() && !allow_empty)
+      fail("class folder '{}' holds no JPEG or PNG image", dir.string());
+    std::sort(found.begin(), found.end(),
+              [](const FolderEntry& a, const FolderEntry& b) { return a.path < b.path; });
+    entries.insert(entries.end(), found.begin(), found.end());
+  }
+  return entries;
+}
+
+// The cache file's layout (little-endian; docs/data.md): a 64-byte header, the class names, the
+// labels (i32) from a 64-byte boundary, then the pixels (u8, N x C x H x W) from the next one.
+struct CacheHeader {
+  char magic[8];  // "TOWERIMG"
+  uint32_t version;
+  uint32_t channels, height, width;
+  uint64_t count;
+  uint64_t key;
+  uint32_t num_classes;
+  uint32_t names_bytes;  // the class names: each a u32 length then its bytes
+  uint8_t reserved[16];
+};
+static_assert(sizeof(CacheHeader) == 64);
+constexpr uint32_t kCacheVersion = 1;
+size_t align64(size_t n) { return (n + 63) / 64 * 64; }
+
+uint64_t cache_key(const std::vector<FolderEntry>& entries, const FolderOptions& o) {
+  uint64_t h = fnv1a(o.image_shape.to_string() + (o.skip_bad_images ? " skip" : ""));
+  for (const FolderEntry& e : entries) {
+    h = fnv1a(e.path, h);
+    h = fnv1a(&e.label, sizeof e.label, h);
+    h = fnv1a(&e.bytes, sizeof e.bytes, h);
+    h = fnv1a(&e.mtime_ns, sizeof e.mtime_ns, h);
+  }
+  return h;
+}
+
+// The data set in the cache file, or nothing (with the reason) when it is missing, truncated or
+// for another folder or size.
+std::optional<Dataset> map_cache(const std::string& file, uint64_t key, const Shape& shape,
+                                 std::string& why) {
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    why = "no cache yet";
+    return std::nullopt;
+  }
+  struct stat st {};
+  ::fstat(fd, &st);
+  const size_t size = static_cast<size_t>(st.st_size);
+  void* map = size >= sizeof(CacheHeader) ? ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0)
+                                          : MAP_FAILED;
+  ::close(fd);
+  if (map == MAP_FAILED) {
+    why = "the cache is truncated";
+    return std::nullopt;
+  }
+  std::shared_ptr<void> mapping(map, [size](void* p) { ::munmap(p, size); });
+  const auto* base = static_cast<const uint8_t*>(map);
+  CacheHeader h;
+  std::memcpy(&h, base, sizeof h);
+  if (std::memcmp(h.magic, "TOWERIMG", 8) != 0 || h.version != kCacheVersion) {
+    why = "the cache is not a tower image cache of this version";
+    return std::nullopt;
+  }
+  if (h.key != key || h.channels != shape[0] || h.height != shape[1] || h.width != shape[2]) {
+    why = "the folder or the image size changed";
+    return std::nullopt;
+  }
+  const size_t labels_at = align64(sizeof h + h.names_bytes);
+  const size_t pixels_at = align64(labels_at + h.count * 4);
+  const size_t pixels = h.count * h.channels * h.height * h.width;
+  if (size != pixels_at + pixels) {
+    why = "the cache is truncated";
+    return std::nullopt;
+  }
+  Dataset d;
+  size_t at = sizeof h;
+  for (uint32_t c = 0; c < h.num_classes; ++c) {
+    uint32_t n = 0;
+    if (at + 4 > labels_at) break;
+    std::memcpy(&n, base + at, 4);
+    if (at + 4 + n > labels_at) break;
+    d.class_names.emplace_back(reinterpret_cast<const char*>(base + at + 4), n);
+    at += 4 + n;
+  }
+  if (d.class_names.size() != h.num_classes) {
+    why = "the cache's class names are damaged";
+    return std::nullopt;
+  }
+  const auto n = static_cast<int64_t>(h.count);
+  d.num_classes = static_cast<int>(h.num_classes);
+  d.labels = Tensor::wrap(const_cast<uint8_t*>(base + labels_at), Shape{n}, DType::i32);
+  for (int64_t i = 0; i < n; ++i)
+    if (d.labels.data<int32_t>()[i] < 0 || d.labels.data<int32_t>()[i] >= d.num_classes) {
+      why = "the cache's labels are damaged";
+      return std::nullopt;
+    }
+  d.images = Tensor::wrap(const_cast<uint8_t*>(base + pixels_at),
+                          Shape{n, shape[0], shape[1], shape[2]}, DType::u8);
+  d.backing = std::move(mapping);
+  return d;
+}
+
+// Writes the data set to the cache file atomically (a temporary file renamed over it). A folder
+// that cannot be written only costs the next run a decode: a warning, no error.
+void write_cache(const std::string& file, uint64_t key, const Dataset& d) {
+  std::error_code ec;
+  fs::create_directories(fs::path(file).parent_path(), ec);
+  const std::string tmp = file + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    std::string names;
+    for (const std::string& name : d.class_names) {
+      const auto n = static_cast<uint32_t>(name.size());
+      names.append(reinterpret_cast<const char*>(&n), 4);
+      names += name;
+    }
+    const Shape image = d.image_shape();
+    CacheHeader h{};
+    std::memcpy(h.magic, "TOWERIMG", 8);
+    h.version = kCacheVersion;
+    h.channels = static_cast<uint32_t>(image[0]);
+    h.height = static_cast<uint32_t>(image[1]);
+    h.width = static_cast<uint32_t>(image[2]);
+    h.count = static_cast<uint64_t>(d.size());
+    h.key = key;
+    h.num_classes = static_cast<uint32_t>(d.class_names.size());
+    h.names_bytes = static_cast<uint32_t>(names.size());
+    const std::string pad(64, '\0');
+    out.write(reinterpret_cast<const char*>(&h), sizeof h);
+    out.write(names.data(), static_cast<std::streamsize>(names.size()));
+    out.write(pad.data(), static_cast<std::streamsize>(align64(sizeof h + names.size()) - sizeof h -
+                                                       names.size()));
+    out.write(static_cast<const char*>(d.labels.raw_data()),
+              static_cast<std::streamsize>(d.labels.nbytes()));
+    const size_t labels_end = align64(sizeof h + names.size()) + d.labels.nbytes();
+    out.write(pad.data(), static_cast<std::streamsize>(align64(labels_end) - labels_end));
+    out.write(static_cast<const char*>(d.images.raw_data()),
+              static_cast<std::streamsize>(d.images.nbytes()));
+    out.flush();
+    if (!out) {
+      out.close();
+      fs::remove(tmp, ec);
+      fmt::print(stderr, "warning: cannot write the image cache '{}': the next run decodes again\n",
+                 file);
+      return;
+    }
+  }
+  fs::rename(tmp, file, ec);
+  if (ec) {
+    fs::remove(tmp, ec);
+    fmt::print(stderr, "warning: cannot write the image cache '{}': the next run decodes again\n",
+               file);
+  }
+}
+
+// Decodes the entries into a data set of `shape`, on `threads` threads, with progress on stderr
+// after the first second.
+Dataset decode_entries(const std::string& dir, const std::string& what,
+                       std::vector<FolderEntry> entries, const FolderOptions& o) {
+  const Shape& shape = o.image_shape;
+  const int64_t n = static_cast<int64_t>(entries.size()), image_bytes = shape.numel();
+  std::vector<uint8_t> pixels(static_cast<size_t>(n * image_bytes));
+  std::vector<std::string> errors(static_cast<size_t>(n));
+  std::atomic<int64_t> next{0}, done{0};
+  const auto start = std::chrono::steady_clock::now();
+  auto work = [&] {
+    for (int64_t i; (i = next.fetch_add(1)) < n; done.fetch_add(1)) {
+      const FolderEntry& e = entries[static_cast<size_t>(i)];
+      const std::string file = (fs::path(dir) / e.path).string();
+      try {
+        Image image = convert_channels(decode_image(read_file(file), file), shape[0]);
+        fit_image(image, shape[1], shape[2], pixels.data() + i * image_bytes);
+      } catch (const std::exception& err) {
+        errors[static_cast<size_t>(i)] = err.what();
+      }
+    }
+  };
+  const int threads = o.threads > 0 ? o.threads : std::max(1u, std::thread::hardware_concurrency());
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(work);
+  std::thread progress([&] {
+    bool shown = false;
+    while (done.load() < n) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      const double s =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (s < 1 || static_cast<int64_t>(s * 10) % 10 != 0) continue;
+      const double rate = static_cast<double>(done.load()) / s;
+      fmt::print(stderr, "\rdecoding {}: {}/{} images, {:.0f} images/s, {:.0f} s left   ", what,
+                 done.load(), n, rate,
+                 rate > 0 ? static_cast<double>(n - done.load()) / rate : 0.0);
+      shown = true;
+    }
+    if (shown) fmt::print(stderr, "\n");
+  });
+  work();
+  for (std::thread& t : pool) t.join();
+  progress.join();
+
+  int64_t bad = 0;
+  std::string first_bad;
+  for (size_t i = 0; i < errors.size(); ++i)
+    if (!errors[i].empty()) {
+      if (!o.skip_bad_images) fail("{} (--skip_bad_images skips such images)", errors[i]);
+      if (bad++ == 0) first_bad = errors[i];
+    }
+  Dataset d;
+  const int64_t kept = n - bad;
+  d.images = Tensor(Shape{kept, shape[0], shape[1], shape[2]}, DType::u8);
+  d.labels = Tensor(Shape{kept}, DType::i32);
+  int64_t k = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (!errors[static_cast<size_t>(i)].empty()) continue;
+    std::memcpy(d.images.data<uint8_t>() + k * image_bytes, pixels.data() + i * image_bytes,
+                static_cast<size_t>(image_bytes));
+    d.labels.data<int32_t>()[k++] = entries[static_cast<size_t>(i)].label;
+  }
+  if (bad > 0)
+    fmt::print(stderr, "warning: skipped {} bad image{} of {} (--skip_bad_images), the first: {}\n",
+               bad, bad == 1 ? "" : "s", what, first_bad);
+  return d;
+}
+
+}  // namespace
+
+FolderListing list_image_folder(const std::string& dir, double test_fraction) {
+  const fs::path root(dir);
+  if (!fs::is_directory(root)) fail("image folder '{}' does not exist or is not a directory", dir);
+  FolderListing listing;
+  const fs::path train = root / "train";
+  fs::path test = root / "test";
+  if (!fs::is_directory(test)) test = root / "val";
+  if (fs::is_directory(train) && fs::is_directory(test)) {
+    listing.classes = class_folders(train);
+    for (const std::string& c : class_folders(test))
+      if (!std::binary_search(listing.classes.begin(), listing.classes.end(), c))
+        fail("class folder '{}' has no counterpart in '{}'", (test / c).string(), train.string());
+    if (listing.classes.size() < 2)
+      fail("image folder '{}' holds {} class folder{}: at least 2 are needed", train.string(),
+           listing.classes.size(), listing.classes.size() == 1 ? "" : "s");
+    listing.train = list_classes(train, root, listing.classes, listing.ignored, false);
+    listing.test = list_classes(test, root, listing.classes, listing.ignored, true);
+  } else {
+    for (const auto& e : fs::directory_iterator(root))
+      listing.ignored += e.is_regular_file() ? 1 : 0;
+    listing.classes = class_folders(root);
+    if (listing.classes.size() < 2)
+      fail("image folder '{}' holds {} class folder{} (DIR/<class>/<image>): at least 2 are needed",
+           dir, listing.classes.size(), listing.classes.size() == 1 ? "" : "s");
+    // A hash of the relative path, as a number in [0, 1), puts each image in a split for good.
+    for (FolderEntry& e : list_classes(root, root, listing.classes, listing.ignored, false)) {
+      const double u = static_cast<double>(fnv1a(e.path) >> 11) / 9007199254740992.0;
+      (u < test_fraction ? listing.test : listing.train).push_back(std::move(e));
+    }
+  }
+  if (listing.train.empty()) fail("image folder '{}' leaves no image for training", dir);
+  return listing;
+}
+
+Dataset read_image_folder(const std::string& dir, Split split, const FolderOptions& o) {
+  const Shape& shape = o.image_shape;
+  if (shape.rank() != 3 || (shape[0] != 1 && shape[0] != 3) || shape[1] < 1 || shape[2] < 1)
+    fail("image folder '{}': images are brought to (1 or 3, H, W), not {}", dir, shape.to_string());
+  FolderListing listing = list_image_folder(dir, o.test_fraction);
+  if (listing.ignored > 0 && split == Split::train)
+    fmt::print(stderr, "{}: ignored {} file{} that are neither JPEG nor PNG\n", dir,
+               listing.ignored, listing.ignored == 1 ? "" : "s");
+  std::vector<FolderEntry>& entries = split == Split::train ? listing.train : listing.test;
+  const std::string name =
+      fmt::format("{}-{}x{}x{}", split_name(split), shape[0], shape[1], shape[2]);
+  const std::string file = (fs::path(dir) / ".tower-cache" / (name + ".bin")).string();
+  const uint64_t key = cache_key(entries, o);
+  std::string why;
+  std::optional<Dataset> cached = map_cache(file, key, shape, why);
+  if (!cached) {
+    if (why != "no cache yet") fmt::print(stderr, "{}: {}: decoding the images again\n", file, why);
+    cached =
+        decode_entries(dir, fmt::format("{} ({})", dir, split_name(split)), std::move(entries), o);
+    cached->class_names = listing.classes;
+    cached->num_classes = static_cast<int>(listing.classes.size());
+    write_cache(file, key, *cached);
+  }
+  return std::move(*cached);
+}
+
+}  // namespace tower

@@ -52,15 +52,16 @@ Image decode_png(std::span<const uint8_t> bytes, const std::string& file) {
   check(spng_set_png_buffer(ctx.get(), bytes.data(), bytes.size()), "buffer");
   spng_ihdr ihdr{};
   check(spng_get_ihdr(ctx.get(), &ihdr), "header");
-  // Grey stays grey (G8); everything else becomes RGBA8 (palette, 16-bit and alpha included).
+  // 8-bit grey and RGB stay as they are; everything else (palette, 16-bit, alpha) becomes RGBA8.
   const bool grey = ihdr.color_type == SPNG_COLOR_TYPE_GRAYSCALE && ihdr.bit_depth == 8;
-  const int format = grey ? SPNG_FMT_G8 : SPNG_FMT_RGBA8;
+  const bool rgb = ihdr.color_type == SPNG_COLOR_TYPE_TRUECOLOR && ihdr.bit_depth == 8;
+  const int format = grey ? SPNG_FMT_G8 : rgb ? SPNG_FMT_RGB8 : SPNG_FMT_RGBA8;
   size_t size = 0;
   check(spng_decoded_image_size(ctx.get(), format, &size), "size");
   Image image;
   image.height = ihdr.height;
   image.width = ihdr.width;
-  image.channels = grey ? 1 : 4;
+  image.channels = grey ? 1 : rgb ? 3 : 4;
   image.pixels.resize(size);
   check(spng_decode_image(ctx.get(), image.pixels.data(), size, format, 0), "data");
   return image;

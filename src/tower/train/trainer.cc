@@ -186,6 +186,11 @@ class Run {
   void open_data() {
     spec_ = run_data_spec(data_options(config_), model_);
     train_set_ = std::make_shared<const Dataset>(open_dataset(spec_, Split::train));
+    transforms_ =
+        input_transforms(config_.augmentation, model_.default_input, train_set_->image_shape());
+    const std::string warning = check_model_fits_data(
+        model_, transform_output_shape(transforms_.train, train_set_->image_shape()), *train_set_);
+    if (chief_ && !warning.empty()) fmt::print(stderr, "warning: {}\n", warning);
     if (chief_ && (config_.final_eval || config_.eval_every > 0))
       test_set_ = std::make_shared<const Dataset>(open_dataset(spec_, Split::test));
     check_same_on_all_ranks(comm_, rank_fields(config_, plan_.devices.size(), *train_set_),
@@ -200,11 +205,6 @@ class Run {
           plan_.devices.size(), plan_.devices.size() == 1 ? "" : "s", config_.batch_size,
           comm_.size() > 1 ? fmt::format(" x {} ranks", comm_.size()) : std::string(),
           global_batch_, train_set_->name, train_set_->size());
-    transforms_ =
-        input_transforms(config_.augmentation, model_.default_input, train_set_->image_shape());
-    const std::string warning = check_model_fits_data(
-        model_, transform_output_shape(transforms_.train, train_set_->image_shape()), *train_set_);
-    if (chief_ && !warning.empty()) fmt::print(stderr, "warning: {}\n", warning);
   }
 
   // Rank 0 finds the checkpoint to resume from and tells the others where training stands.

@@ -23,6 +23,9 @@ TrainingState example() {
   s.devices = {"cpu:0", "cpu:1"};
   s.ema = true;
   s.augmentation = "cifar10";
+  s.classes = {"airplane", "automobile"};
+  s.image_shape = Shape{3, 32, 32};
+  s.run.model_file = R"({"name": "m"})";
   return s;
 }
 
@@ -46,6 +49,9 @@ TEST(TrainingStateTest, RoundTripsEveryField) {
   EXPECT_EQ(back.devices, s.devices);
   EXPECT_EQ(back.ema, s.ema);
   EXPECT_EQ(back.augmentation, s.augmentation);
+  EXPECT_EQ(back.classes, s.classes);
+  EXPECT_EQ(back.image_shape, s.image_shape);
+  EXPECT_EQ(back.run.model_file, s.run.model_file);
   EXPECT_EQ(training_state_to_json(back), json);
 }
 
@@ -70,7 +76,12 @@ TEST(TrainingStateTest, EveryMissingWrongOrOutOfRangeKeyIsNamedWithTheFile) {
            {"/devices", "cpu:0", "key 'devices' is \"cpu:0\" (expected a list of devices)"},
            {"/devices", nlohmann::json::array({1}), "key 'devices' holds 1"},
            {"/ema", 1, "key 'ema' is 1 (expected true or false)"},
-           {"/augmentation", 5, "key 'augmentation' is 5 (expected a string)"}}) {
+           {"/augmentation", 5, "key 'augmentation' is 5 (expected a string)"},
+           {"/classes", "cat", "key 'classes' is \"cat\" (expected a list of class names)"},
+           {"/classes", nlohmann::json::array({1}), "key 'classes' holds 1"},
+           {"/image_shape", nlohmann::json::array({3, 32}), "key 'image_shape' has 2 values"},
+           {"/image_shape", nlohmann::json::array({3, 0, 32}), "key 'image_shape' holds 0"},
+           {"/run/model_file", 5, "key 'run.model_file' is 5 (expected a string)"}}) {
     SCOPED_TRACE(c.pointer);
     nlohmann::json bad = good;
     const nlohmann::json::json_pointer p(c.pointer);
@@ -82,10 +93,16 @@ TEST(TrainingStateTest, EveryMissingWrongOrOutOfRangeKeyIsNamedWithTheFile) {
     EXPECT_NE(message.find("'dir/model.ckpt-1200.json'"), std::string::npos) << message;
     EXPECT_NE(message.find(c.message), std::string::npos) << message;
   }
-  // Checkpoints of older versions have no augmentation: accepted, left empty.
+  // Checkpoints of older versions have no augmentation, classes, image shape or model file:
+  // accepted, left empty.
   nlohmann::json old = good;
-  old.erase("augmentation");
-  EXPECT_EQ(training_state_from_json(old, "f").augmentation, "");
+  for (const char* key : {"augmentation", "classes", "image_shape"}) old.erase(key);
+  old["run"].erase("model_file");
+  const TrainingState s = training_state_from_json(old, "f");
+  EXPECT_EQ(s.augmentation, "");
+  EXPECT_TRUE(s.classes.empty());
+  EXPECT_EQ(s.image_shape.rank(), 0);
+  EXPECT_EQ(s.run.model_file, "");
 }
 
 TEST(TrainingStateTest, FirstDifferenceNamesTheKey) {

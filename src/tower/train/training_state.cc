@@ -77,14 +77,15 @@ class Reader {
 }  // namespace
 
 Json training_state_to_json(const TrainingState& s) {
-  return {{"step", s.step},
-          {"position", {{"epoch", s.epoch}, {"step", s.epoch_step}}},
-          {"run", Json(identity_json(s.run))},
-          {"devices", s.devices},
-          {"ema", s.ema},
-          {"augmentation", s.augmentation},
-          {"classes", s.classes},
-          {"image_shape", s.image_shape.dims()}};
+  Json json = {{"step", s.step},
+               {"position", {{"epoch", s.epoch}, {"step", s.epoch_step}}},
+               {"run", Json(identity_json(s.run))},
+               {"devices", s.devices},
+               {"ema", s.ema},
+               {"augmentation", s.augmentation}};
+  if (!s.classes.empty()) json["classes"] = s.classes;
+  if (s.image_shape.rank() == 3) json["image_shape"] = s.image_shape.dims();
+  return json;
 }
 
 TrainingState training_state_from_json(const Json& json, const std::string& file) {

@@ -43,7 +43,7 @@ void write_png(const std::string& path, const std::vector<uint8_t>& pixels, int 
 TEST(ImageDecodeTest, PngIsLosslessInEveryMode) {
   for (int c : {1, 3, 4}) {
     const auto pixels = random_pixels(7, 5, c, static_cast<uint64_t>(c));
-    Image image = decode_image(png_encode(pixels.data(), 7, 5, c), "x.png");
+    DecodedImage image = decode_image(png_encode(pixels.data(), 7, 5, c), "x.png");
     ASSERT_EQ(image.height, 7);
     ASSERT_EQ(image.width, 5);
     ASSERT_EQ(image.channels, c);
@@ -53,8 +53,8 @@ TEST(ImageDecodeTest, PngIsLosslessInEveryMode) {
 
 TEST(ImageDecodeTest, ChannelsAndTheSizeRule) {
   // Grey from RGB with Pillow's weights; RGB from grey repeats it; RGBA drops alpha.
-  Image rgba{1, 2, 4, {255, 0, 0, 7, 10, 20, 30, 255}};
-  Image grey = convert_channels(rgba, 1);
+  DecodedImage rgba{1, 2, 4, {255, 0, 0, 7, 10, 20, 30, 255}};
+  DecodedImage grey = convert_channels(rgba, 1);
   EXPECT_EQ(grey.pixels, (std::vector<uint8_t>{76, 18}));  // Pillow: 76 and 18
   EXPECT_EQ(convert_channels(grey, 3).pixels, (std::vector<uint8_t>{76, 76, 76, 18, 18, 18}));
   EXPECT_EQ(convert_channels(rgba, 3).pixels, (std::vector<uint8_t>{255, 0, 0, 10, 20, 30}));

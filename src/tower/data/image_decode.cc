@@ -21,7 +21,7 @@ bool is_jpeg(std::span<const uint8_t> b) {
   return b.size() >= 3 && b[0] == 0xff && b[1] == 0xd8 && b[2] == 0xff;
 }
 
-Image decode_jpeg(std::span<const uint8_t> bytes, const std::string& file) {
+DecodedImage decode_jpeg(std::span<const uint8_t> bytes, const std::string& file) {
   // One decompressor per thread: making one costs about as much as decoding a 32x32 image.
   thread_local std::unique_ptr<void, int (*)(tjhandle)> tj(tjInitDecompress(), tjDestroy);
   if (!tj) fail("{}: cannot start the JPEG decoder", file);
@@ -30,7 +30,7 @@ Image decode_jpeg(std::span<const uint8_t> bytes, const std::string& file) {
   const auto size = static_cast<unsigned long>(bytes.size());
   if (tjDecompressHeader3(tj.get(), data, size, &width, &height, &subsampling, &colorspace) != 0)
     fail("{}: not a readable JPEG image: {}", file, tjGetErrorStr2(tj.get()));
-  Image image;
+  DecodedImage image;
   image.height = height;
   image.width = width;
   image.channels = colorspace == TJCS_GRAY ? 1 : 3;
@@ -42,7 +42,7 @@ Image decode_jpeg(std::span<const uint8_t> bytes, const std::string& file) {
   return image;
 }
 
-Image decode_png(std::span<const uint8_t> bytes, const std::string& file) {
+DecodedImage decode_png(std::span<const uint8_t> bytes, const std::string& file) {
   std::unique_ptr<spng_ctx, void (*)(spng_ctx*)> ctx(spng_ctx_new(0), spng_ctx_free);
   if (!ctx) fail("{}: cannot start the PNG decoder", file);
   auto check = [&](int code, const char* what) {
@@ -59,7 +59,7 @@ Image decode_png(std::span<const uint8_t> bytes, const std::string& file) {
   const int format = grey ? SPNG_FMT_G8 : rgb ? SPNG_FMT_RGB8 : SPNG_FMT_RGBA8;
   size_t size = 0;
   check(spng_decoded_image_size(ctx.get(), format, &size), "size");
-  Image image;
+  DecodedImage image;
   image.height = ihdr.height;
   image.width = ihdr.width;
   image.channels = grey ? 1 : rgb ? 3 : 4;
@@ -108,17 +108,17 @@ Taps make_taps(int64_t in, int64_t resized, int64_t offset, int64_t out) {
 
 }  // namespace
 
-Image decode_image(std::span<const uint8_t> bytes, const std::string& file) {
+DecodedImage decode_image(std::span<const uint8_t> bytes, const std::string& file) {
   if (is_jpeg(bytes)) return decode_jpeg(bytes, file);
   if (is_png(bytes)) return decode_png(bytes, file);
   fail("{}: neither a JPEG nor a PNG image (by its first bytes)", file);
 }
 
-Image convert_channels(const Image& image, int64_t channels) {
+DecodedImage convert_channels(const DecodedImage& image, int64_t channels) {
   if (channels != 1 && channels != 3)
     fail("images can be brought to 1 or 3 channels, not {}", channels);
   if (image.channels == channels) return image;
-  Image out{image.height, image.width, channels, {}};
+  DecodedImage out{image.height, image.width, channels, {}};
   const size_t n = static_cast<size_t>(image.height * image.width);
   out.pixels.resize(n * static_cast<size_t>(channels));
   const uint8_t* p = image.pixels.data();
@@ -138,7 +138,7 @@ Image convert_channels(const Image& image, int64_t channels) {
   return out;
 }
 
-void fit_image(const Image& image, int64_t height, int64_t width, uint8_t* out) {
+void fit_image(const DecodedImage& image, int64_t height, int64_t width, uint8_t* out) {
   const int64_t h = image.height, w = image.width, c = image.channels;
   const size_t plane = static_cast<size_t>(height * width);
   if (h == height && w == width) {

@@ -11,22 +11,22 @@
 namespace tower {
 
 // 8-bit pixels, rows of width * channels interleaved values (HWC).
-struct Image {
+struct DecodedImage {
   int64_t height = 0, width = 0, channels = 0;  // channels: 1 (grey), 3 (RGB) or 4 (RGBA)
   std::vector<uint8_t> pixels;
 };
 
 // Decodes a JPEG or PNG file's bytes (by their signature); `file` names it in errors. A corrupt or
 // truncated image is a tower::Error naming the file.
-Image decode_image(std::span<const uint8_t> bytes, const std::string& file);
+DecodedImage decode_image(std::span<const uint8_t> bytes, const std::string& file);
 
 // `image` with `channels` (1 or 3) channels: grey from RGB as ITU-R 601 luma with Pillow's
 // integer weights, RGB from grey by repeating it, alpha dropped.
-Image convert_channels(const Image& image, int64_t channels);
+DecodedImage convert_channels(const DecodedImage& image, int64_t channels);
 
 // The image brought to height x width: resized so that it covers the size (its shorter side,
 // relative to the target's, fits), then its centre cropped. Unchanged when it already has the
 // size. Writes CHW planes (the data sets' layout) to `out` (channels * height * width bytes).
-void fit_image(const Image& image, int64_t height, int64_t width, uint8_t* out);
+void fit_image(const DecodedImage& image, int64_t height, int64_t width, uint8_t* out);
 
 }  // namespace tower

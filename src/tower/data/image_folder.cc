@@ -264,7 +264,7 @@ Dataset decode_entries(const std::string& dir, const std::string& what,
       const FolderEntry& e = entries[static_cast<size_t>(i)];
       const std::string file = (fs::path(dir) / e.path).string();
       try {
-        Image image = decode_image(read_small_file(file, e.bytes), file);
+        DecodedImage image = decode_image(read_small_file(file, e.bytes), file);
         if (image.channels != shape[0]) image = convert_channels(image, shape[0]);
         fit_image(image, shape[1], shape[2], pixels.data() + i * image_bytes);
       } catch (const std::exception& err) {

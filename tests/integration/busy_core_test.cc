@@ -7,6 +7,7 @@
 
 #include <cstring>
 
+#include "testing/checkpoints.h"
 #include "testing/subprocess.h"
 #include "testing/tmp_dir.h"
 #include "tower/io/checkpoint.h"
@@ -18,14 +19,6 @@ namespace {
 using testing::run_command;
 using testing::run_tower;
 using testing::TmpDir;
-
-// Every tensor of the checkpoint of `step` in `dir`, as raw bytes.
-std::map<std::string, std::string> tensors(const std::string& dir, int64_t step) {
-  std::map<std::string, std::string> out;
-  for (auto& [name, t] : safetensors_read(checkpoint_prefix(dir, step) + ".safetensors").tensors)
-    out[name] = std::string(static_cast<const char*>(t.raw_data()), t.nbytes());
-  return out;
-}
 
 // 30 steps of `model_flags` on a team of two threads: team mode (TOWER_CONTENTION=off) on a
 // quiet machine, the automatic choice with a busy loop on CPU 1, and contended mode throughout;
@@ -56,7 +49,7 @@ void expect_load_changes_no_bit(const std::string& model_flags) {
         testing::wait_exit_code(spinner);
       }
       ASSERT_EQ(r.exit_code, 0) << r.output;
-      auto bits = tensors(dir, kSteps);
+      auto bits = testing::checkpoint_tensors(dir, kSteps);
       if (first.empty()) {
         first = bits;
         continue;

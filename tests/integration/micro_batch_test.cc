@@ -5,6 +5,7 @@
 
 #include <map>
 
+#include "testing/checkpoints.h"
 #include "testing/files.h"
 #include "testing/subprocess.h"
 #include "testing/tmp_dir.h"
@@ -18,14 +19,6 @@ using testing::contains;
 using testing::run_command;
 using testing::run_tower;
 using testing::TmpDir;
-
-// Every tensor of a checkpoint (weights, optimizer slots, moving averages) as raw bytes.
-std::map<std::string, std::string> tensors(const std::string& dir, int64_t step) {
-  std::map<std::string, std::string> out;
-  for (auto& [name, t] : safetensors_read(checkpoint_prefix(dir, step) + ".safetensors").tensors)
-    out[name] = std::string(static_cast<const char*>(t.raw_data()), t.nbytes());
-  return out;
-}
 
 using testing::mpirun;
 
@@ -81,7 +74,7 @@ class MicroBatchTest : public ::testing::Test {
       const std::string dir = dirs / (std::to_string(ranks) + "x" + std::to_string(towers));
       auto r = train(model_flags, dir, ranks, towers, steps);
       ASSERT_EQ(r.exit_code, 0) << r.output;
-      auto bits = tensors(dir, steps);
+      auto bits = testing::checkpoint_tensors(dir, steps);
       if (first.empty()) {
         first = bits;
         continue;
@@ -121,7 +114,8 @@ TEST_F(MicroBatchTest, ResumingOnAnotherLayoutFollowsTheStraightRunBitForBit) {
   }
   auto d = train(lenet(), straight, 1, 4, steps);
   ASSERT_EQ(d.exit_code, 0) << d.output;
-  EXPECT_TRUE(tensors(elastic, steps) == tensors(straight, steps));
+  EXPECT_TRUE(testing::checkpoint_tensors(elastic, steps) ==
+              testing::checkpoint_tensors(straight, steps));
 }
 
 TEST_F(MicroBatchTest, ResumingWithAnotherGlobalOrMicroBatchSizeIsAnError) {

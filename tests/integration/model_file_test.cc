@@ -2,6 +2,7 @@
 // and eval, bench and inspect need only the train dir (the checkpoint carries the file).
 #include <gtest/gtest.h>
 
+#include "testing/checkpoints.h"
 #include "testing/files.h"
 #include "testing/subprocess.h"
 #include "testing/tmp_dir.h"
@@ -14,13 +15,6 @@ namespace {
 using testing::contains;
 using testing::run_tower;
 using testing::TmpDir;
-
-std::map<std::string, std::string> tensors(const std::string& dir, int64_t step) {
-  std::map<std::string, std::string> out;
-  for (auto& [name, t] : safetensors_read(checkpoint_prefix(dir, step) + ".safetensors").tensors)
-    out[name] = std::string(static_cast<const char*>(t.raw_data()), t.nbytes());
-  return out;
-}
 
 TEST(ModelFileCliTest, ExampleFilesTrainToTheBitsOfTheBuiltInModels) {
   TmpDir tmp;
@@ -42,7 +36,7 @@ TEST(ModelFileCliTest, ExampleFilesTrainToTheBitsOfTheBuiltInModels) {
     const std::string dir = tmp / (model + "_file");
     auto from_file = run_tower("train --model_file " + file + flags + " --train_dir " + dir);
     ASSERT_EQ(from_file.exit_code, 0) << from_file.output;
-    auto x = tensors(tmp / model, 20), y = tensors(dir, 20);
+    auto x = testing::checkpoint_tensors(tmp / model, 20), y = testing::checkpoint_tensors(dir, 20);
     ASSERT_EQ(x.size(), y.size());
     for (const auto& [name, bits] : x) EXPECT_TRUE(y[name] == bits) << name;
 

@@ -70,6 +70,7 @@ TEST_F(CliTest, KilledAndResumedRunEndsBitwiseIdenticalToAnUninterruptedOne) {
   auto saved = checkpoint_list(dirs / "killed");
   ASSERT_FALSE(saved.empty());
   ASSERT_LT(saved.back(), steps);
+  // (The killed run's lock on the train dir went with it.)
   auto resumed = run_tower(train_flags(dirs / "killed", steps));
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_TRUE(contains(resumed.output, "resumed from")) << resumed.output;
@@ -93,6 +94,12 @@ TEST_F(CliTest, SigtermFinishesTheStepWritesACheckpointAndExitsCleanly) {
   pid_t pid = testing::spawn_tower(train_flags(dirs / "run", 100000), dirs / "run.log");
   for (int i = 0; i < 600 && checkpoint_list(dirs / "run").empty(); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  // One writer per train dir: a second run into it stops at once, naming the first one's pid.
+  auto second = run_tower(train_flags(dirs / "run", 100000));
+  EXPECT_EQ(second.exit_code, 1) << second.output;
+  EXPECT_TRUE(contains(second.output,
+                       "is in use by another `tower train` (pid " + std::to_string(pid) + ")"))
+      << second.output;
   kill(pid, SIGTERM);
   EXPECT_EQ(testing::wait_exit_code(pid), 0);
   std::ifstream log(dirs / "run.log");

@@ -1,5 +1,7 @@
 #include "tower/train/trainer.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -76,6 +78,28 @@ void prepare_train_dir(const std::string& dir) {
     fail("--train_dir '{}' is not writable: {}", dir, std::strerror(errno));
 }
 
+// One writer per train dir: an advisory lock on DIR/.lock, held while the run lasts (the kernel
+// drops the lock of a killed process, so a stale one never blocks). Returns the lock's descriptor.
+int lock_train_dir(const std::string& dir) {
+  const std::string file = dir + "/.lock";
+  const int fd = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) fail("cannot open the lock file '{}' of --train_dir: {}", file, std::strerror(errno));
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    char pid[32] = {};
+    const ssize_t n = ::pread(fd, pid, sizeof pid - 1, 0);
+    ::close(fd);
+    fail(
+        "--train_dir '{}' is in use by another `tower train` (pid {}): wait for it to end, or use "
+        "another --train_dir",
+        dir, n > 0 ? std::string(pid, static_cast<size_t>(n)) : std::string("unknown"));
+  }
+  const std::string pid = std::to_string(::getpid());
+  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) < 0) {
+    // The pid is only for the message of a second run; the lock itself holds.
+  }
+  return fd;
+}
+
 // An image summary of the first few training inputs after distortion, each rescaled to 0..255.
 void add_input_images(EventWriter& events, const Tensor& images, int64_t step) {
   const Shape& s = images.shape();
@@ -136,6 +160,11 @@ class Run {
  public:
   Run(const TrainConfig& config, Communicator& comm)
       : config_(config), comm_(comm), chief_(comm.rank() == 0), model_(get_model(config.model)) {}
+  ~Run() {
+    if (lock_fd_ >= 0) ::close(lock_fd_);
+  }
+  Run(const Run&) = delete;
+  Run& operator=(const Run&) = delete;
 
   TrainResult go() {
     set_up_devices();
@@ -179,7 +208,10 @@ class Run {
       local_batch_ = config_.batch_size * towers;
       global_batch_ = local_batch_ * comm_.size();
     }
-    if (chief_) prepare_train_dir(config_.train_dir);
+    if (chief_) {
+      prepare_train_dir(config_.train_dir);
+      lock_fd_ = lock_train_dir(config_.train_dir);
+    }
   }
 
   // Both splits are opened (and so checked) before the first step.
@@ -555,6 +587,7 @@ class Run {
   Communicator& comm_;
   const bool chief_;  // rank 0: the one writer
   const ModelDef& model_;
+  int lock_fd_ = -1;  // the train dir's lock (rank 0), held while the run lasts
   DevicePlan plan_;
   int64_t local_batch_ = 0, global_batch_ = 0;
   DatasetSpec spec_;

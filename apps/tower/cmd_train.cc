@@ -64,7 +64,13 @@ void run_train(Flags& flags) {
   config.precision = parse_precision(flags.precision);
   TrainResult result = train(config);
   if (world().rank() != 0) return;
-  fmt::print("done: {} steps in {:.1f} s", result.steps, result.seconds);
+  if (result.trained == 0)
+    fmt::print("already at step {} (--max_steps or --epochs): nothing to train", result.steps);
+  else if (result.trained < result.steps)
+    fmt::print("done: step {}, {} steps trained in {:.1f} s", result.steps, result.trained,
+               result.seconds);
+  else
+    fmt::print("done: {} steps in {:.1f} s", result.steps, result.seconds);
   if (result.eval_accuracy >= 0) fmt::print(", test precision @ 1 = {:.4f}", result.eval_accuracy);
   fmt::print("\n");
 }

@@ -74,6 +74,10 @@ TEST_F(CliTest, KilledAndResumedRunEndsBitwiseIdenticalToAnUninterruptedOne) {
   auto resumed = run_tower(train_flags(dirs / "killed", steps));
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_TRUE(contains(resumed.output, "resumed from")) << resumed.output;
+  EXPECT_TRUE(contains(resumed.output, std::to_string(steps - saved.back()) + " steps trained"))
+      << resumed.output;
+  auto again = run_tower(train_flags(dirs / "killed", steps));
+  EXPECT_TRUE(contains(again.output, "already at step 200")) << again.output;
   expect_same_tensors(checkpoint_prefix(dirs / "full", steps) + ".safetensors",
                       checkpoint_prefix(dirs / "killed", steps) + ".safetensors");
 

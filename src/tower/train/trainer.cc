@@ -580,6 +580,7 @@ class Run {
                   static_cast<long long>(evaluator_->examples()), ema_ ? "moving-average" : "raw");
     }
     result_.steps = step_;
+    result_.trained = step_ - first_step_;
     result_.seconds = seconds_since(start_);
   }
 

@@ -89,7 +89,8 @@ Towers build_towers(const ModelDef& model, const Shape& example_shape, int64_t b
                     const OptimizerConfig& optimizer);
 
 struct TrainResult {
-  int64_t steps = 0;
+  int64_t steps = 0;    // the step reached
+  int64_t trained = 0;  // the steps this run trained (0 for a resume that had nothing to do)
   float last_loss = 0;
   double eval_accuracy = -1;  // precision@1 of the last evaluation, -1 if none
   double seconds = 0;

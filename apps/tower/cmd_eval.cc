@@ -98,6 +98,7 @@ void run_eval(Flags& flags) {
   // A named checkpoint is evaluated once; a train dir is watched unless --run_once.
   const bool once = flags.run_once || !config.checkpoint.empty();
   int64_t last_step = -1;
+  bool waiting = false;
   for (;;) {
     if (!config.checkpoint.empty() || checkpoint_latest(config.train_dir)) {
       EvalResult r = evaluate_checkpoint(config);
@@ -113,6 +114,12 @@ void run_eval(Flags& flags) {
       fail("no checkpoint in '{}' (--train_dir)", config.train_dir);
     }
     if (once) return;
+    if (!waiting) {  // an eval that stays looks hung unless it says so
+      fmt::print("waiting for new checkpoints in {} (Ctrl-C to stop; --run_once evaluates once)\n",
+                 config.train_dir);
+      std::fflush(stdout);
+      waiting = true;
+    }
     std::this_thread::sleep_for(std::chrono::duration<double>(flags.interval));
   }
 }

@@ -93,6 +93,24 @@ TEST_F(CliTest, KilledAndResumedRunEndsBitwiseIdenticalToAnUninterruptedOne) {
   EXPECT_TRUE(std::filesystem::exists(dirs / "full/checkpoint"));
 }
 
+// Eval without --run_once watches the train dir for new checkpoints, and says so.
+TEST_F(CliTest, EvalThatWaitsForCheckpointsSaysSo) {
+  TmpDir dirs;
+  ASSERT_EQ(run_tower(train_flags(dirs / "run", 2)).exit_code, 0);
+  pid_t pid = testing::spawn_tower("eval --eval_interval_secs 60 --train_dir " + (dirs / "run"),
+                                   dirs / "eval.log");
+  std::string text;
+  for (int i = 0; i < 500 && !contains(text, "waiting for new checkpoints"); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    text = testing::read_file(dirs / "eval.log");
+  }
+  kill(pid, SIGKILL);
+  testing::wait_exit_code(pid);
+  EXPECT_TRUE(contains(text, "step 2: precision @ 1 = ")) << text;
+  EXPECT_TRUE(contains(text, "waiting for new checkpoints in " + (dirs / "run") + " (Ctrl-C"))
+      << text;
+}
+
 TEST_F(CliTest, SigtermFinishesTheStepWritesACheckpointAndExitsCleanly) {
   TmpDir dirs;
   pid_t pid = testing::spawn_tower(train_flags(dirs / "run", 100000), dirs / "run.log");

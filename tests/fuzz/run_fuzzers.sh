@@ -7,7 +7,7 @@ set -euo pipefail
 src=$1
 work=$2
 seconds=${3:-12}
-targets=(cifar_fuzz idx_fuzz)
+targets=(cifar_fuzz idx_fuzz npy_fuzz image_fuzz)
 
 cxx=${TOWER_FUZZ_CXX:-$(command -v clang++ || command -v clang++-14 || true)}
 if [ -z "$cxx" ]; then
@@ -36,13 +36,13 @@ if [ "$(cat "$work/stamp" 2>/dev/null)" != "$stamp" ] || ! ls "${targets[@]/#/$w
     'f={}; o="$work/obj/$(basename $(dirname $f))_$(basename ${f%.cc}).o"; '"$(printf '%q ' "$cxx" "${flags[@]}")"' -fsanitize=fuzzer-no-link,address -c "$f" -o "$o"'
   for t in "${targets[@]}"; do
     "$cxx" "${flags[@]}" -fsanitize=fuzzer,address "$src/tests/fuzz/$t.cc" "$work"/obj/*.o \
-      -lfmt -lz -lpthread -ldl -o "$work/$t"
+      -lfmt -lz -lturbojpeg -lspng -lpthread -ldl -o "$work/$t"
   done
   echo "$stamp" > "$work/stamp"
 fi
 
 # Seeds: small valid inputs, so the fuzzer starts past the magic numbers and sizes.
-mkdir -p "$work/seeds/cifar_fuzz" "$work/seeds/idx_fuzz"
+mkdir -p "$work/seeds/cifar_fuzz" "$work/seeds/idx_fuzz" "$work/seeds/npy_fuzz" "$work/seeds/image_fuzz"
 record() { printf "$1"; head -c 3072 /dev/zero | tr '\0' '\7'; }
 record '\003' > "$work/seeds/cifar_fuzz/cifar10_one"
 { record '\001\011'; record '\023\143'; } > "$work/seeds/cifar_fuzz/cifar100_two"
@@ -54,6 +54,11 @@ n=$(stat -c %s "$work/images.gz")
 { printf '\003'; printf "$(printf '\\%03o\\%03o' $((n >> 8)) $((n & 255)))"; cat "$work/images.gz";
   idx_labels | gzip -n; } > "$work/seeds/idx_fuzz/gzip"
 
+# A .npy of 2x3 uint8, and a 2x2 grey PNG and 2x2 JPEG (made by this script's own bytes).
+{ printf '\223NUMPY\001\000\166\000'
+  printf "%-117s\n" "{'descr': '|u1', 'fortran_order': False, 'shape': (2, 3), }"
+  printf '\001\002\003\004\005\006'; } > "$work/seeds/npy_fuzz/u8"
+printf '\045\211PNG\r\n\032\n\000\000\000\rIHDR\000\000\000\002\000\000\000\002\010\000\000\000\000\127\335\122\370\000\000\000\016IDATx\234c\140\140\140\140\000\000\000\005\000\001\245\366\105\100\000\000\000\000IEND\256B\140\202' > "$work/seeds/image_fuzz/png"
 status=0
 for t in "${targets[@]}"; do
   corpus="$work/corpus_$t"

@@ -13,6 +13,15 @@
 namespace tower {
 namespace {
 
+// Larger images are refused before any allocation (a hostile header could ask for terabytes).
+constexpr int64_t kMaxSide = 65535, kMaxPixels = int64_t{1} << 28;
+void check_size(int64_t height, int64_t width, const std::string& file) {
+  if (height < 1 || width < 1 || height > kMaxSide || width > kMaxSide ||
+      height * width > kMaxPixels)
+    fail("{}: an image of {}x{} pixels (at most {} a side and {} megapixels are read)", file, width,
+         height, kMaxSide, kMaxPixels >> 20);
+}
+
 bool is_png(std::span<const uint8_t> b) {
   static const uint8_t signature[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
   return b.size() >= 8 && std::memcmp(b.data(), signature, 8) == 0;
@@ -30,6 +39,7 @@ DecodedImage decode_jpeg(std::span<const uint8_t> bytes, const std::string& file
   const auto size = static_cast<unsigned long>(bytes.size());
   if (tjDecompressHeader3(tj.get(), data, size, &width, &height, &subsampling, &colorspace) != 0)
     fail("{}: not a readable JPEG image: {}", file, tjGetErrorStr2(tj.get()));
+  check_size(height, width, file);
   DecodedImage image;
   image.height = height;
   image.width = width;
@@ -51,8 +61,11 @@ DecodedImage decode_png(std::span<const uint8_t> bytes, const std::string& file)
   };
   spng_set_crc_action(ctx.get(), SPNG_CRC_ERROR, SPNG_CRC_ERROR);
   check(spng_set_png_buffer(ctx.get(), bytes.data(), bytes.size()), "buffer");
+  spng_set_image_limits(ctx.get(), kMaxSide, kMaxSide);
+  spng_set_chunk_limits(ctx.get(), 1u << 26, 1u << 28);
   spng_ihdr ihdr{};
   check(spng_get_ihdr(ctx.get(), &ihdr), "header");
+  check_size(ihdr.height, ihdr.width, file);
   // 8-bit grey and RGB stay as they are; everything else (palette, 16-bit, alpha) becomes RGBA8.
   const bool grey = ihdr.color_type == SPNG_COLOR_TYPE_GRAYSCALE && ihdr.bit_depth == 8;
   const bool rgb = ihdr.color_type == SPNG_COLOR_TYPE_TRUECOLOR && ihdr.bit_depth == 8;

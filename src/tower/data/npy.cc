@@ -38,7 +38,7 @@ int64_t item_size(const std::string& dtype) {
     return 0;  // big-endian or not a plain number
   if (dtype[1] != 'u' && dtype[1] != 'i' && dtype[1] != 'f') return 0;
   const std::string n = dtype.substr(2);
-  return n == "1" || n == "2" || n == "4" || n == "8" ? std::stoll(n) : 0;
+  return n == "1" ? 1 : n == "2" ? 2 : n == "4" ? 4 : n == "8" ? 8 : 0;
 }
 
 // Element i of an integer array as int64.
@@ -100,18 +100,27 @@ NpyArray parse_npy(std::span<const uint8_t> bytes, const std::string& file) {
     fail("{}: the array is in Fortran order; save it with np.ascontiguousarray", file);
   const std::string shape = header_value(header, "shape");
   if (shape.empty()) fail("{}: the .npy header has no shape", file);
-  int64_t count = 1;
+  // The dimensions, each and their product bounded by the bytes there are (no overflow).
+  const uint64_t available = bytes.size() - at - header_len;
+  uint64_t count = 1;
+  bool empty = false;
   for (size_t i = 1; i < shape.size();) {
     while (i < shape.size() && !std::isdigit(static_cast<unsigned char>(shape[i]))) ++i;
     if (i >= shape.size()) break;
-    size_t end = i;
-    while (end < shape.size() && std::isdigit(static_cast<unsigned char>(shape[end]))) ++end;
-    a.shape.push_back(std::stoll(shape.substr(i, end - i)));
-    count *= a.shape.back();
-    i = end;
+    uint64_t dim = 0;
+    for (; i < shape.size() && std::isdigit(static_cast<unsigned char>(shape[i])); ++i) {
+      dim = dim * 10 + static_cast<uint64_t>(shape[i] - '0');
+      if (dim > available + 1)
+        fail("{}: a dimension of shape {} is larger than the file", file, shape);
+    }
+    a.shape.push_back(static_cast<int64_t>(dim));
+    empty |= dim == 0;
+    if (!empty && (count *= dim) > available + 1)
+      fail("{}: shape {} holds more elements than the file has bytes", file, shape);
   }
+  if (empty) count = 0;
   at += header_len;
-  const size_t expected = static_cast<size_t>(count * item_size(a.dtype));
+  const size_t expected = static_cast<size_t>(count * static_cast<uint64_t>(item_size(a.dtype)));
   if (bytes.size() - at != expected)
     fail("{}: {} bytes of data for shape {} of {} (expected {}): truncated or damaged", file,
          bytes.size() - at, shape_text(a.shape), a.dtype, expected);

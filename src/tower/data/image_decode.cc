@@ -15,11 +15,11 @@ namespace {
 
 // Larger images are refused before any allocation (a hostile header could ask for terabytes).
 constexpr int64_t kMaxSide = 65535, kMaxPixels = int64_t{1} << 28;
-void check_size(int64_t height, int64_t width, const std::string& file) {
-  if (height < 1 || width < 1 || height > kMaxSide || width > kMaxSide ||
-      height * width > kMaxPixels)
-    fail("{}: an image of {}x{} pixels (at most {} a side and {} megapixels are read)", file, width,
-         height, kMaxSide, kMaxPixels >> 20);
+void check_size(int64_t height, int64_t width, const char* kind, const std::string& file) {
+  if (height < 1 || width < 1) fail("{}: corrupt {} image: it has no pixels", file, kind);
+  if (height > kMaxSide || width > kMaxSide || height * width > kMaxPixels)
+    fail("{}: a {} image of {}x{} pixels (at most {} a side and {} megapixels are read)", file,
+         kind, width, height, kMaxSide, kMaxPixels >> 20);
 }
 
 bool is_png(std::span<const uint8_t> b) {
@@ -39,7 +39,7 @@ DecodedImage decode_jpeg(std::span<const uint8_t> bytes, const std::string& file
   const auto size = static_cast<unsigned long>(bytes.size());
   if (tjDecompressHeader3(tj.get(), data, size, &width, &height, &subsampling, &colorspace) != 0)
     fail("{}: not a readable JPEG image: {}", file, tjGetErrorStr2(tj.get()));
-  check_size(height, width, file);
+  check_size(height, width, "JPEG", file);
   DecodedImage image;
   image.height = height;
   image.width = width;
@@ -65,7 +65,7 @@ DecodedImage decode_png(std::span<const uint8_t> bytes, const std::string& file)
   spng_set_chunk_limits(ctx.get(), 1u << 26, 1u << 28);
   spng_ihdr ihdr{};
   check(spng_get_ihdr(ctx.get(), &ihdr), "header");
-  check_size(ihdr.height, ihdr.width, file);
+  check_size(ihdr.height, ihdr.width, "PNG", file);
   // 8-bit grey and RGB stay as they are; everything else (palette, 16-bit, alpha) becomes RGBA8.
   const bool grey = ihdr.color_type == SPNG_COLOR_TYPE_GRAYSCALE && ihdr.bit_depth == 8;
   const bool rgb = ihdr.color_type == SPNG_COLOR_TYPE_TRUECOLOR && ihdr.bit_depth == 8;

@@ -70,7 +70,8 @@ for kind in png jpg; do
   python3 -c "print('%-6s %14s %14s %7.2fx' % ('$kind', '$a img/s', '$b img/s', $a/$b))"
 done
 if command -v tjbench >/dev/null || { apt-get install -y -qq libjpeg-turbo-progs >/dev/null 2>&1 && command -v tjbench >/dev/null; }; then
-  one=$(ls "$dir"/jpg/train/class0/*.jpg | head -1)
+  jpegs=("$dir"/jpg/train/class0/*.jpg)
+  one=${jpegs[0]}
   tj=$(cd "$dir" && tjbench "$one" -quiet -benchtime 2 2>/dev/null | awk 'NF>0 {line=$0} END {print line}')
   python3 - "$tj" "$threads" <<'PY'
 import sys

@@ -154,12 +154,12 @@ DecodedImage convert_channels(const DecodedImage& image, int64_t channels) {
 void fit_image(const DecodedImage& image, int64_t height, int64_t width, uint8_t* out) {
   const int64_t h = image.height, w = image.width, c = image.channels;
   const size_t plane = static_cast<size_t>(height * width);
-  if (h == height && w == width) {
-    for (int64_t y = 0; y < h; ++y)
-      for (int64_t x = 0; x < w; ++x)
-        for (int64_t k = 0; k < c; ++k)
-          out[static_cast<size_t>(k) * plane + static_cast<size_t>(y * width + x)] =
-              image.pixels[static_cast<size_t>((y * w + x) * c + k)];
+  if (h == height && w == width) {  // HWC -> CHW, a plane at a time
+    for (int64_t k = 0; k < c; ++k) {
+      uint8_t* dst = out + static_cast<size_t>(k) * plane;
+      const uint8_t* src = image.pixels.data() + k;
+      for (size_t p = 0; p < plane; ++p) dst[p] = src[p * static_cast<size_t>(c)];
+    }
     return;
   }
   // Cover the target: the shorter side (relative to the target's) fits, the other overhangs.

@@ -120,8 +120,10 @@ std::optional<Dataset> map_cache(const std::string& file, uint64_t key, const Sh
   struct stat st {};
   ::fstat(fd, &st);
   const size_t size = static_cast<size_t>(st.st_size);
-  void* map = size >= sizeof(CacheHeader) ? ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0)
-                                          : MAP_FAILED;
+  // MAP_POPULATE: the pages are read in now, not faulted in one by one during the first epoch.
+  void* map = size >= sizeof(CacheHeader)
+                  ? ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0)
+                  : MAP_FAILED;
   ::close(fd);
   if (map == MAP_FAILED) {
     why = "the cache is truncated";
@@ -255,7 +257,8 @@ Dataset decode_entries(const std::string& dir, const std::string& what,
                        std::vector<FolderEntry> entries, const FolderOptions& o) {
   const Shape& shape = o.image_shape;
   const int64_t n = static_cast<int64_t>(entries.size()), image_bytes = shape.numel();
-  std::vector<uint8_t> pixels(static_cast<size_t>(n * image_bytes));
+  Tensor all(Shape{n, shape[0], shape[1], shape[2]}, DType::u8);  // decoded in place
+  uint8_t* pixels = all.data<uint8_t>();
   std::vector<std::string> errors(static_cast<size_t>(n));
   std::atomic<int64_t> next{0}, done{0};
   const auto start = std::chrono::steady_clock::now();
@@ -266,7 +269,7 @@ Dataset decode_entries(const std::string& dir, const std::string& what,
       try {
         DecodedImage image = decode_image(read_small_file(file, e.bytes), file);
         if (image.channels != shape[0]) image = convert_channels(image, shape[0]);
-        fit_image(image, shape[1], shape[2], pixels.data() + i * image_bytes);
+        fit_image(image, shape[1], shape[2], pixels + i * image_bytes);
       } catch (const std::exception& err) {
         errors[static_cast<size_t>(i)] = err.what();
       }
@@ -303,13 +306,19 @@ Dataset decode_entries(const std::string& dir, const std::string& what,
     }
   Dataset d;
   const int64_t kept = n - bad;
-  d.images = Tensor(Shape{kept, shape[0], shape[1], shape[2]}, DType::u8);
   d.labels = Tensor(Shape{kept}, DType::i32);
+  if (bad > 0) {  // the good images only
+    d.images = Tensor(Shape{kept, shape[0], shape[1], shape[2]}, DType::u8);
+  } else {
+    d.images = std::move(all);
+    pixels = d.images.data<uint8_t>();
+  }
   int64_t k = 0;
   for (int64_t i = 0; i < n; ++i) {
     if (!errors[static_cast<size_t>(i)].empty()) continue;
-    std::memcpy(d.images.data<uint8_t>() + k * image_bytes, pixels.data() + i * image_bytes,
-                static_cast<size_t>(image_bytes));
+    if (bad > 0)
+      std::memcpy(d.images.data<uint8_t>() + k * image_bytes, pixels + i * image_bytes,
+                  static_cast<size_t>(image_bytes));
     d.labels.data<int32_t>()[k++] = entries[static_cast<size_t>(i)].label;
   }
   if (bad > 0)

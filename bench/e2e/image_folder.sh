@@ -91,7 +91,7 @@ ips() {  # the mean of the log lines' examples/sec after the first
   rm -rf "$dir/t"
 }
 $TOWER train --model cifar10 --data "folder:$dir/png" --max_steps 1 --train_dir "$dir/t" >/dev/null 2>&1; rm -rf "$dir/t"
-for round in 1 2; do
+for round in 1 2 3; do
   f=$(ips "folder:$dir/png"); b=$(ips "cifar10:$dir/bin")
   python3 -c "print('round $round: folder %s, binary %s images/s: %.3fx' % ($f, $b, $f/$b))"
 done

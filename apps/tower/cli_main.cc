@@ -5,11 +5,13 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "command.h"
 #include "tower/cli.h"
@@ -36,6 +38,57 @@ int fail_job(const std::string& message, int code) {
   if (many) comm->abort(code);
   return code;
 }
+// Levenshtein distance, for "did you mean".
+size_t distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// The nearest of `names` to `word`, when it is near enough to be a typo of it.
+std::string nearest(const std::string& word, const std::vector<std::string>& names) {
+  std::string best;
+  size_t best_distance = std::max<size_t>(2, word.size() / 3) + 1;
+  for (const std::string& name : names)
+    if (const size_t d = distance(word, name); d < best_distance) best = name, best_distance = d;
+  return best;
+}
+
+// A hint for a command line CLI11 refused: the sub-command or flag the user probably meant.
+std::string did_you_mean(const CLI::App& app, int argc, char** argv) {
+  std::vector<std::string> commands;
+  for (const auto& command : tower::cli::commands()) commands.push_back(command.name);
+  if (argc < 2 || argv[1][0] == '-') return "";
+  const std::string given = argv[1];
+  if (std::find(commands.begin(), commands.end(), given) == commands.end()) {
+    const std::string best = nearest(given, commands);
+    return best.empty() ? fmt::format("unknown sub-command '{}' (see tower --help)", given)
+                        : fmt::format("unknown sub-command '{}': did you mean '{}'?", given, best);
+  }
+  const CLI::App* sub = app.get_subcommand(given);
+  std::vector<std::string> flags;
+  for (const CLI::Option* option : sub->get_options())
+    for (const std::string& name : option->get_lnames()) flags.push_back("--" + name);
+  for (int i = 2; i < argc; ++i) {
+    std::string word = argv[i];
+    if (word.rfind("--", 0) != 0) continue;
+    word = word.substr(0, word.find('='));
+    if (std::find(flags.begin(), flags.end(), word) != flags.end()) continue;
+    const std::string best = nearest(word, flags);
+    if (!best.empty()) return fmt::format("unknown flag {}: did you mean {}?", word, best);
+  }
+  return "";
+}
+
 }  // namespace
 
 int tower::cli_main(int argc, char** argv) {
@@ -65,6 +118,9 @@ int tower::cli_main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     int code = app.exit(e);
+    if (code != 0)
+      if (const std::string hint = did_you_mean(app, argc, argv); !hint.empty())
+        std::fprintf(stderr, "tower: %s\n", hint.c_str());
     return code == 0 ? 0 : 2;
   } catch (const tower::Error& e) {
     return fail_job(fmt::format("error: {}", e.what()), 1);

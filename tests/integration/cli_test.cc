@@ -221,6 +221,15 @@ TEST(CliErrorsTest, BadFlagsAndMissingDataAreOneClearLine) {
   auto unknown = run_tower("train --no_such_flag 1");
   EXPECT_EQ(unknown.exit_code, 2);
   EXPECT_TRUE(contains(unknown.output, "--no_such_flag")) << unknown.output;
+  // A typo gets the nearest flag or sub-command.
+  auto typo = run_tower("train --max_step 20");
+  EXPECT_EQ(typo.exit_code, 2);
+  EXPECT_TRUE(contains(typo.output, "unknown flag --max_step: did you mean --max_steps?"))
+      << typo.output;
+  auto command = run_tower("trian --max_steps 20");
+  EXPECT_EQ(command.exit_code, 2);
+  EXPECT_TRUE(contains(command.output, "unknown sub-command 'trian': did you mean 'train'?"))
+      << command.output;
   auto strategy = run_tower("train --strategy ring --max_steps 1");
   EXPECT_EQ(strategy.exit_code, 1);
   EXPECT_TRUE(contains(strategy.output, "--strategy 'ring'")) << strategy.output;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
 
 #include "io/python_env.h"
 #include "testing/files.h"
@@ -113,6 +114,9 @@ TEST(OwnDataRulesTest, ModelsAndDataThatDoNotFitAreRefusedNamingBoth) {
   EXPECT_TRUE(contains(colour.output, "(3, 32, 32)") && contains(colour.output, "(1, 28, 28)") &&
               contains(colour.output, "--model"))
       << colour.output;
+  // A refused run leaves nothing behind.
+  EXPECT_FALSE(std::filesystem::exists(tmp / "a"));
+  EXPECT_FALSE(std::filesystem::exists(tmp / "b"));
   auto models = run_tower("models");
   EXPECT_TRUE(contains(models.output, "for cifar10 data")) << models.output;
   auto unknown = run_tower("train --data imagefolder:" + (tmp / "x"));

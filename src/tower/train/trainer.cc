@@ -208,10 +208,6 @@ class Run {
       local_batch_ = config_.batch_size * towers;
       global_batch_ = local_batch_ * comm_.size();
     }
-    if (chief_) {
-      prepare_train_dir(config_.train_dir);
-      lock_fd_ = lock_train_dir(config_.train_dir);
-    }
   }
 
   // Both splits are opened (and so checked) before the first step.
@@ -239,9 +235,13 @@ class Run {
           global_batch_, train_set_->name, train_set_->size());
   }
 
-  // Rank 0 finds the checkpoint to resume from and tells the others where training stands.
+  // Rank 0 finds the checkpoint to resume from and tells the others where training stands. The
+  // train dir is made (and locked) only now, after the devices and the data passed their checks:
+  // a refused run leaves nothing behind.
   void find_checkpoint() {
     if (chief_) {
+      prepare_train_dir(config_.train_dir);
+      lock_fd_ = lock_train_dir(config_.train_dir);
       if (!config_.resume_from.empty())
         checkpoint_ = load_training_checkpoint(config_.resume_from);
       else

@@ -59,6 +59,12 @@ TEST_F(CliTest, KilledAndResumedRunEndsBitwiseIdenticalToAnUninterruptedOne) {
   auto full = run_tower(train_flags(dirs / "full", steps));
   ASSERT_EQ(full.exit_code, 0) << full.output;
   EXPECT_TRUE(contains(full.output, "step 20, loss = ")) << full.output;
+  // The loss with its two parts (cifar10's weight decay dwarfs a small cross-entropy), the
+  // training accuracy and the learning rate.
+  EXPECT_TRUE(contains(full.output, "(cross-entropy ")) << full.output;
+  EXPECT_TRUE(contains(full.output, " + regularization ")) << full.output;
+  EXPECT_TRUE(contains(full.output, "train accuracy ")) << full.output;
+  EXPECT_TRUE(contains(full.output, "sec/batch) lr 0.01")) << full.output;
   EXPECT_TRUE(contains(full.output, "precision @ 1 = ")) << full.output;
 
   // Kill -9 somewhere in the middle, then run the same command again.

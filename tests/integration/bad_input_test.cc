@@ -86,6 +86,21 @@ TEST_F(BadInputTest, AStateFileWithoutItsKeysNamesTheFileTheKeyAndTheOlderCheckp
       << typed.output;
 }
 
+// Every checkpoint damaged: no fallback, so nothing is renamed, and the run stops.
+TEST_F(BadInputTest, EveryCheckpointDamagedStopsAndRenamesNothing) {
+  TmpDir dirs;
+  ASSERT_EQ(run_tower(train_flags(dirs / "run", 10)).exit_code, 0);
+  for (int step : {5, 10}) {
+    const std::string file = checkpoint_prefix(dirs / "run", step) + ".safetensors";
+    fs::resize_file(file, fs::file_size(file) / 2);
+  }
+  auto r = run_tower(train_flags(dirs / "run", 20));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, "none of the 2 checkpoints")) << r.output;
+  for (int step : {5, 10})
+    EXPECT_TRUE(fs::exists(checkpoint_prefix(dirs / "run", step) + ".safetensors")) << step;
+}
+
 TEST_F(BadInputTest, MissingStateFilesStopTrainingInsteadOfOverwritingTheCheckpoints) {
   TmpDir dirs;
   ASSERT_EQ(run_tower(train_flags(dirs / "run", 10)).exit_code, 0);

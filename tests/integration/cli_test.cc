@@ -162,6 +162,10 @@ TEST_F(CliTest, CorruptCheckpointIsNamedAndResumingFallsBackToTheOlderOne) {
       << resume.output;
   EXPECT_TRUE(contains(resume.output, "at step 10")) << resume.output;
   EXPECT_NO_THROW(safetensors_read(checkpoint_prefix(dirs / "run", 30) + ".safetensors"));
+  // The damaged files were kept aside before the new step 20 was written over their names.
+  EXPECT_TRUE(contains(resume.output, "kept aside as " + file + ".damaged")) << resume.output;
+  EXPECT_TRUE(std::filesystem::exists(file + ".damaged"));
+  EXPECT_TRUE(std::filesystem::exists(checkpoint_prefix(dirs / "run", 20) + ".json.damaged"));
 }
 
 TEST_F(CliTest, ResumingWithOtherFlagsIsAClearError) {

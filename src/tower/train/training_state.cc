@@ -199,6 +199,26 @@ std::string older_checkpoint_hint(const std::string& dir, int64_t before_step,
   return fmt::format("no older checkpoint in '{}' is usable", dir);
 }
 
+namespace {
+// Renames the files of a damaged checkpoint to <file>.damaged (or .damaged-2, ... when taken), so
+// that the run resuming before it cannot overwrite the evidence; returns the new names.
+std::string keep_aside(const std::string& prefix) {
+  namespace fs = std::filesystem;
+  std::string names;
+  for (const char* ext : {".safetensors", ".json"}) {
+    const std::string file = prefix + ext;
+    std::error_code ec;
+    if (!fs::exists(file, ec)) continue;
+    std::string aside = file + ".damaged";
+    for (int n = 2; fs::exists(aside, ec); ++n) aside = file + ".damaged-" + std::to_string(n);
+    fs::rename(file, aside, ec);
+    if (ec) fail("cannot keep the damaged file '{}' aside as '{}': {}", file, aside, ec.message());
+    names += (names.empty() ? "" : " and ") + aside;
+  }
+  return names;
+}
+}  // namespace
+
 std::optional<TrainingCheckpoint> find_resume_checkpoint(const std::string& dir) {
   const std::vector<int64_t> steps = checkpoint_list(dir);
   // The index is written after the state file, so an index naming a checkpoint without one means
@@ -221,16 +241,21 @@ std::optional<TrainingCheckpoint> find_resume_checkpoint(const std::string& dir)
                    "%swarning: ignoring %s.safetensors: its state file is missing (a save that was "
                    "interrupted?); it will be overwritten\n",
                    log_prefix().c_str(), checkpoint_prefix(dir, step).c_str());
+  // Damaged checkpoints newer than the one resumed are kept aside (renamed) once a usable one is
+  // found; with none usable, nothing is renamed and the run stops.
+  std::vector<std::pair<std::string, std::string>> damaged;  // prefix, what is wrong
   for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
     const std::string prefix = checkpoint_prefix(dir, *it);
     CheckpointData data;
     try {
       data = checkpoint_load(prefix);
     } catch (const Error& e) {
-      std::fprintf(stderr, "%swarning: %s; trying the checkpoint before it\n", log_prefix().c_str(),
-                   e.what());
+      damaged.emplace_back(prefix, e.what());
       continue;
     }
+    for (const auto& [bad, why] : damaged)
+      std::fprintf(stderr, "%swarning: %s; kept aside as %s\n", log_prefix().c_str(), why.c_str(),
+                   keep_aside(bad).c_str());
     TrainingCheckpoint c{std::move(data), {}};
     try {
       c.state = validated_state(c.data);
@@ -242,6 +267,8 @@ std::optional<TrainingCheckpoint> find_resume_checkpoint(const std::string& dir)
                    log_prefix().c_str(), prefix.c_str());
     return c;
   }
+  for (const auto& [bad, why] : damaged)
+    std::fprintf(stderr, "%swarning: %s\n", log_prefix().c_str(), why.c_str());
   if (!steps.empty())
     fail(
         "none of the {} checkpoints in '{}' is usable (see the warnings above); move them away or "

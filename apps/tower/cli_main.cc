@@ -19,6 +19,11 @@
 #include "tower/parallel/communicator.h"
 
 namespace tower::cli {
+int& exit_code() {
+  static int code = 0;
+  return code;
+}
+
 std::vector<Command>& commands() {
   static std::vector<Command> all;
   return all;
@@ -130,5 +135,5 @@ int tower::cli_main(int argc, char** argv) {
     return fail_job(fmt::format("unexpected error: {}", e.what()), 3);
   }
   tower::shutdown_world();
-  return 0;
+  return tower::cli::exit_code();
 }

@@ -63,6 +63,7 @@ void run_train(Flags& flags) {
   config.strategy = parse_strategy(flags.strategy);
   config.precision = parse_precision(flags.precision);
   TrainResult result = train(config);
+  if (result.interrupted) exit_code() = 130;  // stopped by a signal, after its checkpoint
   if (world().rank() != 0) return;
   if (result.trained == 0)
     fmt::print("already at step {} (--max_steps or --epochs): nothing to train", result.steps);

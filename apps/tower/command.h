@@ -18,6 +18,10 @@ struct Command {
 
 std::vector<Command>& commands();
 
+// The exit code a sub-command asks for when it returns normally: 0, or 130 for a run that a signal
+// stopped after writing its checkpoint (README: exit codes).
+int& exit_code();
+
 struct CommandRegistrar {
   explicit CommandRegistrar(Command command) { commands().push_back(std::move(command)); }
 };

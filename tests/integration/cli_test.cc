@@ -129,7 +129,7 @@ TEST_F(CliTest, SigtermFinishesTheStepWritesACheckpointAndExitsCleanly) {
                        "is in use by another `tower train` (pid " + std::to_string(pid) + ")"))
       << second.output;
   kill(pid, SIGTERM);
-  EXPECT_EQ(testing::wait_exit_code(pid), 0);
+  EXPECT_EQ(testing::wait_exit_code(pid), 130);  // interrupted, after the checkpoint
   std::ifstream log(dirs / "run.log");
   std::string text((std::istreambuf_iterator<char>(log)), {});
   EXPECT_TRUE(contains(text, "stopped by signal")) << text;

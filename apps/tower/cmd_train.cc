@@ -5,6 +5,7 @@
 #include "tower/models/model.h"
 #include "tower/models/model_file.h"
 #include "tower/parallel/gradient_reducer.h"
+#include "tower/train/lr_schedule.h"
 #include "tower/train/trainer.h"
 
 namespace tower::cli {
@@ -34,6 +35,20 @@ TrainConfig with_recipe(const Flags& flags) {
   take("--epochs", config.epochs, recipe.epochs);
   take("--ema_decay", config.ema_decay, recipe.ema_decay);
   take("--augmentation", config.augmentation, recipe.augmentation);
+  // A piecewise schedule holds absolute values, which --lr would not move: --lr scales the
+  // recipe's, and with a piecewise --lr_schedule of the user's own it is refused.
+  const bool piecewise = config.lr_schedule.rfind("piecewise:", 0) == 0;
+  if (piecewise && flags.app->count("--lr") > 0) {
+    if (flags.app->count("--lr_schedule") > 0)
+      fail(
+          "--lr {} has no effect with --lr_schedule '{}', whose values are the learning rates: "
+          "drop --lr, or put the rates in the schedule's values",
+          config.lr, config.lr_schedule);
+    config.lr_schedule = scale_piecewise_values(recipe.lr_schedule, config.lr / recipe.lr);
+    if (world().rank() == 0)
+      fmt::print("--lr {} scales the recipe's schedule by {:.6g}: {}\n", config.lr,
+                 config.lr / recipe.lr, config.lr_schedule);
+  }
   return config;
 }
 

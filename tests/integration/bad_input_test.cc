@@ -248,6 +248,19 @@ TEST(RecipeTest, EachModelTrainsWithItsOwnRecipeAndFlagsOverrideSingleFields) {
   EXPECT_EQ(state["run"]["optimizer"], "sgd");
   EXPECT_EQ(state["augmentation"], "cifar10");
 
+  // resnet20's schedule holds absolute rates: --lr scales them, and says so; with a piecewise
+  // schedule of the user's own, --lr would do nothing and is refused.
+  const std::string resnet =
+      "train --model resnet20 --data cifar10:" + (dirs / "data") +
+      " --max_steps 2 --num_devices 1 --batch_size 8 --log_every 1 --lr 0.05";
+  auto scaled = run_tower(resnet + " --train_dir " + (dirs / "r"));
+  ASSERT_EQ(scaled.exit_code, 0) << scaled.output;
+  EXPECT_TRUE(contains(scaled.output, "values=0.05;0.005;0.0005")) << scaled.output;
+  EXPECT_TRUE(contains(scaled.output, "sec/batch) lr 0.05\n")) << scaled.output;
+  auto refused = run_tower(resnet + " --lr_schedule 'piecewise:boundaries=5,values=0.1;0.01'");
+  EXPECT_EQ(refused.exit_code, 1) << refused.output;
+  EXPECT_TRUE(contains(refused.output, "--lr 0.05 has no effect")) << refused.output;
+
   // lenet's warm-up of 50 steps on a 4-step run: clamped with one warning line; --lr overrides
   // only the learning rate.
   auto lenet =

@@ -135,5 +135,18 @@ TEST(LrScheduleTest, MalformedSpecsNameTheSpecAndWhatWasExpected) {
   expect_error("constant", "--lr must be a positive number, got nan", NAN);
 }
 
+// --lr moves a recipe's piecewise schedule by scaling its values; other specs are left alone.
+TEST(LrScheduleTest, PiecewiseValuesScaleWithTheLearningRate) {
+  EXPECT_EQ(scale_piecewise_values("piecewise:boundary_epochs=82;123,values=0.1;0.01;0.001", 0.5),
+            "piecewise:boundary_epochs=82;123,values=0.05;0.005;0.0005");
+  EXPECT_EQ(scale_piecewise_values("piecewise:values=0.2;0.02,boundaries=10", 2),
+            "piecewise:values=0.4;0.04,boundaries=10");
+  EXPECT_EQ(scale_piecewise_values("cosine:warmup_steps=50", 3), "cosine:warmup_steps=50");
+  auto s = parse_lr_schedule(scale_piecewise_values("piecewise:boundaries=10,values=0.1;0.01", 0.5),
+                             0.05f, 1, 100);
+  EXPECT_FLOAT_EQ(s->lr(0), 0.05f);
+  EXPECT_FLOAT_EQ(s->lr(11), 0.005f);
+}
+
 }  // namespace
 }  // namespace tower

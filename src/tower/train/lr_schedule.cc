@@ -6,6 +6,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <numbers>
 #include <utility>
 #include <vector>
@@ -213,6 +214,21 @@ class SpecParser {
 };
 
 }  // namespace
+
+std::string scale_piecewise_values(const std::string& spec, double factor) {
+  if (spec.rfind("piecewise:", 0) != 0) return spec;
+  const size_t at = spec.find("values=");
+  if (at == std::string::npos) return spec;
+  const size_t begin = at + 7, end = std::min(spec.find(',', begin), spec.size());
+  std::string values;
+  for (size_t i = begin; i < end;) {
+    const size_t next = std::min(spec.find(';', i), end);
+    const double v = std::strtod(spec.substr(i, next - i).c_str(), nullptr);
+    values += fmt::format("{}{:.6g}", values.empty() ? "" : ";", v * factor);
+    i = next + 1;
+  }
+  return spec.substr(0, begin) + values + spec.substr(end);
+}
 
 std::unique_ptr<LrSchedule> parse_lr_schedule(const std::string& spec, float initial_lr,
                                               int64_t steps_per_epoch, int64_t total_steps) {

@@ -30,6 +30,10 @@ class LrSchedule {
   virtual float lr(int64_t step) const = 0;
 };
 
+// A piecewise spec with every value times `factor` (how --lr moves a recipe's piecewise schedule,
+// whose values are absolute); other specs unchanged.
+std::string scale_piecewise_values(const std::string& spec, double factor);
+
 // Throws tower::Error naming the spec and what was expected when it is malformed.
 std::unique_ptr<LrSchedule> parse_lr_schedule(const std::string& spec, float initial_lr,
                                               int64_t steps_per_epoch, int64_t total_steps);

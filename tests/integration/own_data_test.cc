@@ -79,6 +79,17 @@ TEST_F(OwnDataTest, MixedImageFolderTrainsAndEvalNamesTheClasses) {
   auto again = run_tower("train --model cifar10 --data folder:" + dir +
                          " --max_steps 1 --batch_size 32 --train_dir " + (tmp / "train2"));
   EXPECT_FALSE(contains(again.output, "decoding")) << "the cache was not used: " << again.output;
+  // Under MPI the data lines come from rank 0 only.
+  if (!testing::mpirun(2).empty()) {
+    auto ranks = testing::run_command(testing::mpirun(2) + testing::tower_binary() +
+                                      " train --model cifar10 --data folder:" + dir +
+                                      " --num_devices 1 --max_steps 1 --batch_size 8 --train_dir " +
+                                      (tmp / "mpi"));
+    ASSERT_EQ(ranks.exit_code, 0) << ranks.output;
+    const size_t first = ranks.output.find("ignored 1 file");
+    EXPECT_NE(first, std::string::npos) << ranks.output;
+    EXPECT_EQ(ranks.output.find("ignored 1 file", first + 1), std::string::npos) << ranks.output;
+  }
   auto eval = run_tower("eval --run_once --train_dir " + (tmp / "train"));
   ASSERT_EQ(eval.exit_code, 0) << eval.output;
   for (const char* name : {"cat", "dog", "frog", "confusion matrix"})

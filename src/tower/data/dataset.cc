@@ -68,7 +68,8 @@ Dataset open_dataset(const DatasetSpec& spec, Split split) {
       dataset = read_image_folder(spec.dir, split,
                                   {.image_shape = spec.image_shape,
                                    .test_fraction = spec.test_fraction,
-                                   .skip_bad_images = spec.skip_bad_images});
+                                   .skip_bad_images = spec.skip_bad_images,
+                                   .report = spec.report});
       break;
     case DatasetFormat::npy:
       dataset = read_npy(spec.dir, split);

@@ -52,6 +52,7 @@ struct DatasetSpec {
   Shape image_shape{};
   double test_fraction = 0.1;
   bool skip_bad_images = false;
+  bool report = true;  // progress and warnings on stderr (false on MPI ranks but 0)
 };
 DatasetSpec parse_dataset_spec(std::string_view text);  // throws tower::Error on a bad spec
 Dataset open_dataset(const DatasetSpec& spec, Split split);

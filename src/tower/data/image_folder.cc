@@ -178,7 +178,12 @@ std::optional<Dataset> map_cache(const std::string& file, uint64_t key, const Sh
 
 // Writes the data set to the cache file atomically (a temporary file renamed over it). A folder
 // that cannot be written only costs the next run a decode: a warning, no error.
-void write_cache(const std::string& file, uint64_t key, const Dataset& d) {
+void write_cache(const std::string& file, uint64_t key, const Dataset& d, bool report) {
+  auto cannot_write = [&] {
+    if (report)
+      fmt::print(stderr, "warning: cannot write the image cache '{}': the next run decodes again\n",
+                 file);
+  };
   std::error_code ec;
   fs::create_directories(fs::path(file).parent_path(), ec);
   const std::string tmp = file + ".tmp." + std::to_string(::getpid());
@@ -216,16 +221,14 @@ void write_cache(const std::string& file, uint64_t key, const Dataset& d) {
     if (!out) {
       out.close();
       fs::remove(tmp, ec);
-      fmt::print(stderr, "warning: cannot write the image cache '{}': the next run decodes again\n",
-                 file);
+      cannot_write();
       return;
     }
   }
   fs::rename(tmp, file, ec);
   if (ec) {
     fs::remove(tmp, ec);
-    fmt::print(stderr, "warning: cannot write the image cache '{}': the next run decodes again\n",
-               file);
+    cannot_write();
   }
 }
 
@@ -280,7 +283,7 @@ Dataset decode_entries(const std::string& dir, const std::string& what,
   for (int t = 1; t < threads; ++t) pool.emplace_back(work);
   std::thread progress([&] {
     bool shown = false;
-    while (done.load() < n) {
+    while (o.report && done.load() < n) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
       const double s =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -321,7 +324,7 @@ Dataset decode_entries(const std::string& dir, const std::string& what,
                   static_cast<size_t>(image_bytes));
     d.labels.data<int32_t>()[k++] = entries[static_cast<size_t>(i)].label;
   }
-  if (bad > 0)
+  if (bad > 0 && o.report)
     fmt::print(stderr, "warning: skipped {} bad image{} of {} (--skip_bad_images), the first: {}\n",
                bad, bad == 1 ? "" : "s", what, first_bad);
   return d;
@@ -368,7 +371,7 @@ Dataset read_image_folder(const std::string& dir, Split split, const FolderOptio
   if (shape.rank() != 3 || (shape[0] != 1 && shape[0] != 3) || shape[1] < 1 || shape[2] < 1)
     fail("image folder '{}': images are brought to (1 or 3, H, W), not {}", dir, shape.to_string());
   FolderListing listing = list_image_folder(dir, o.test_fraction);
-  if (listing.ignored > 0 && split == Split::train)
+  if (listing.ignored > 0 && split == Split::train && o.report)
     fmt::print(stderr, "{}: ignored {} file{} that are neither JPEG nor PNG\n", dir,
                listing.ignored, listing.ignored == 1 ? "" : "s");
   std::vector<FolderEntry>& entries = split == Split::train ? listing.train : listing.test;
@@ -379,12 +382,13 @@ Dataset read_image_folder(const std::string& dir, Split split, const FolderOptio
   std::string why;
   std::optional<Dataset> cached = map_cache(file, key, shape, why);
   if (!cached) {
-    if (why != "no cache yet") fmt::print(stderr, "{}: {}: decoding the images again\n", file, why);
+    if (why != "no cache yet" && o.report)
+      fmt::print(stderr, "{}: {}: decoding the images again\n", file, why);
     cached =
         decode_entries(dir, fmt::format("{} ({})", dir, split_name(split)), std::move(entries), o);
     cached->class_names = listing.classes;
     cached->num_classes = static_cast<int>(listing.classes.size());
-    write_cache(file, key, *cached);
+    write_cache(file, key, *cached, o.report);
   }
   return std::move(*cached);
 }

@@ -25,6 +25,7 @@ struct FolderOptions {
   double test_fraction = 0.1;    // without train/ and test/ folders
   bool skip_bad_images = false;  // warn and skip corrupt images instead of stopping
   int threads = 0;               // decoding threads; 0: the cores
+  bool report = true;            // progress and warnings on stderr (under MPI: rank 0's only)
 };
 
 // The images of one class folder or split, relative to DIR, with their labels.

@@ -213,6 +213,7 @@ class Run {
   // Both splits are opened (and so checked) before the first step.
   void open_data() {
     spec_ = run_data_spec(data_options(config_), model_);
+    spec_.report = chief_;  // one progress line and one warning per job, not one per rank
     train_set_ = std::make_shared<const Dataset>(open_dataset(spec_, Split::train));
     transforms_ =
         input_transforms(config_.augmentation, model_.default_input, train_set_->image_shape());

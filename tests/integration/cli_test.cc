@@ -82,8 +82,6 @@ TEST_F(CliTest, KilledAndResumedRunEndsBitwiseIdenticalToAnUninterruptedOne) {
   EXPECT_TRUE(contains(resumed.output, "resumed from")) << resumed.output;
   EXPECT_TRUE(contains(resumed.output, std::to_string(steps - saved.back()) + " steps trained"))
       << resumed.output;
-  auto again = run_tower(train_flags(dirs / "killed", steps));
-  EXPECT_TRUE(contains(again.output, "already at step 200")) << again.output;
   expect_same_tensors(checkpoint_prefix(dirs / "full", steps) + ".safetensors",
                       checkpoint_prefix(dirs / "killed", steps) + ".safetensors");
 
@@ -99,10 +97,14 @@ TEST_F(CliTest, KilledAndResumedRunEndsBitwiseIdenticalToAnUninterruptedOne) {
   EXPECT_TRUE(std::filesystem::exists(dirs / "full/checkpoint"));
 }
 
-// Eval without --run_once watches the train dir for new checkpoints, and says so.
-TEST_F(CliTest, EvalThatWaitsForCheckpointsSaysSo) {
+// A resume with nothing left to train says so; eval without --run_once watches the train dir for
+// new checkpoints, and says so too.
+TEST_F(CliTest, ANothingToDoResumeAndAWaitingEvalSaySo) {
   TmpDir dirs;
   ASSERT_EQ(run_tower(train_flags(dirs / "run", 2)).exit_code, 0);
+  auto again = run_tower(train_flags(dirs / "run", 2));
+  EXPECT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_TRUE(contains(again.output, "already at step 2 ")) << again.output;
   pid_t pid = testing::spawn_tower("eval --eval_interval_secs 60 --train_dir " + (dirs / "run"),
                                    dirs / "eval.log");
   std::string text;

@@ -16,6 +16,7 @@
 #include <optional>
 #include <thread>
 
+#include "tower/core/hash.h"
 #include "tower/data/file_io.h"
 #include "tower/data/image_decode.h"
 
@@ -23,15 +24,6 @@ namespace tower {
 namespace {
 
 namespace fs = std::filesystem;
-
-uint64_t fnv1a(const void* data, size_t n, uint64_t h = 1469598103934665603ull) {
-  const auto* p = static_cast<const uint8_t*>(data);
-  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
-  return h;
-}
-uint64_t fnv1a(const std::string& s, uint64_t h = 1469598103934665603ull) {
-  return fnv1a(s.data(), s.size(), h);
-}
 
 bool is_image_file(const fs::path& path) {
   std::string ext = path.extension().string();

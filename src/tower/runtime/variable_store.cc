@@ -2,17 +2,10 @@
 
 #include <cmath>
 
+#include "tower/core/hash.h"
 #include "tower/core/philox.h"
 
 namespace tower {
-
-namespace {
-uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
-}  // namespace
 
 void initialize_tensor(Tensor& tensor, const Initializer& init, uint64_t seed,
                        const std::string& name) {

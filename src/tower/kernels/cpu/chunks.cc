@@ -128,11 +128,11 @@ class ChunkedKernel : public Kernel {
 
   Layout layout_of(bool is_output, int index) const {
     for (const Arg& arg : args_)
-      if (arg.is_output == is_output && arg.index == index) {
-        const memory::desc& md = arg.layout_md ? *arg.layout_md : arg.md;
-        return to_layout(chunks_ > 1 && arg.role == Role::rows ? *with_batch(md, arg.shape[0]) : md,
+      if (arg.is_output == is_output && arg.index == index)
+        return to_layout(chunks_ > 1 && arg.role == Role::rows
+                             ? *with_batch(arg.declared_md(), arg.shape[0])
+                             : arg.declared_md(),
                          arg.shape);
-      }
     return {};
   }
 
@@ -206,8 +206,7 @@ std::unique_ptr<Kernel> chunked(const Node& node, const KernelContext& context, 
     Built built = build(batch / chunks);
     bool contiguous = true;
     for (const Arg& arg : built.args)
-      contiguous &= arg.role != Role::rows ||
-                    with_batch(arg.layout_md ? *arg.layout_md : arg.md, batch).has_value();
+      contiguous &= arg.role != Role::rows || with_batch(arg.declared_md(), batch).has_value();
     if (contiguous)
       return std::make_unique<ChunkedKernel>(node, std::move(built), chunks, team, members);
   }

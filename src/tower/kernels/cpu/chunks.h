@@ -31,6 +31,8 @@ struct Arg {
   dnnl::memory::desc md;
   Role role = Role::whole;
   std::optional<dnnl::memory::desc> layout_md;
+  // The layout the kernel declares for the tensor.
+  const dnnl::memory::desc& declared_md() const { return layout_md ? *layout_md : md; }
 };
 Arg input_arg(int dnnl_arg, int index, const Shape& shape, const dnnl::memory::desc& md,
               Role role = Role::whole);

@@ -109,7 +109,8 @@ CommandRegistrar registrar{
                       "folder: bring images to this size, S or H,W (default: the size of the data "
                       "the recipe is for, else the model's input)")
            ->delimiter(',')
-           ->expected(1, 2);
+           ->expected(1, 2)
+           ->multi_option_policy(CLI::MultiOptionPolicy::Throw);  // 3 values: no silent last 2
        app.add_option("--test_fraction", c.test_fraction,
                       "folder without train/ and test/: the share of images held out for testing")
            ->capture_default_str();

@@ -123,6 +123,11 @@ DatasetSpec run_data_spec(const DataOptions& o, const ModelDef& model) {
           model.name, want, recipe_data_shape(model).to_string(), want, want, want);
     data = "fashion-mnist";
   }
+  if (o.image_size.size() > 2)
+    fail("--image_size: expected S or H,W (pixels), got {} values", o.image_size.size());
+  for (int64_t side : o.image_size)
+    if (side < 1 || side > 65535)
+      fail("--image_size: sides must be from 1 to 65535 pixels, got {}", side);
   DatasetSpec spec = parse_dataset_spec(data);
   if (spec.format == DatasetFormat::folder) {
     const Shape fit = recipe_data_shape(model);
@@ -135,9 +140,6 @@ DatasetSpec run_data_spec(const DataOptions& o, const ModelDef& model) {
            model.name, c);
     spec.image_shape = Shape{c, h, w};
   }
-  if (o.image_size.size() > 2 || (o.image_size.size() == 2 && o.image_size[1] < 1) ||
-      (!o.image_size.empty() && o.image_size[0] < 1))
-    fail("--image_size: expected S or H,W (pixels), got {} values", o.image_size.size());
   if (!(o.test_fraction > 0 && o.test_fraction < 1))
     fail("--test_fraction must be in (0, 1), got {}", o.test_fraction);
   spec.test_fraction = o.test_fraction;

@@ -1,4 +1,4 @@
-# Required: fmt, zlib, CLI11, nlohmann_json, oneDNN, TurboJPEG, libspng. Optional: MPI, CUDA
+# Required: fmt, zlib, CLI11, nlohmann_json, oneDNN, TurboJPEG, libspng, ONNX with protobuf. Optional: MPI, CUDA
 # toolkit, NCCL.
 find_package(Threads REQUIRED)
 find_package(fmt REQUIRED)
@@ -11,6 +11,9 @@ find_package(OpenMP REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(TURBOJPEG REQUIRED IMPORTED_TARGET libturbojpeg)
 pkg_check_modules(SPNG REQUIRED IMPORTED_TARGET spng)
+# ONNX export: the ONNX library's protobuf types and checker (Debian: libonnx-dev libprotobuf-dev).
+find_package(Protobuf REQUIRED)
+find_package(ONNX CONFIG REQUIRED)
 if(TOWER_BUILD_TESTS)
   find_package(GTest REQUIRED)
 endif()

@@ -10,6 +10,8 @@
 #include <thread>
 
 #include "command.h"
+#include "tower/data/file_io.h"
+#include "tower/data/npy.h"
 #include "tower/io/checkpoint.h"
 #include "tower/io/event_writer.h"
 #include "tower/io/metrics_log.h"
@@ -20,7 +22,7 @@ namespace {
 
 struct Flags {
   EvalConfig config;
-  std::string eval_dir;
+  std::string eval_dir, save_logits;
   bool no_ema = false, run_once = false;
   std::string precision = "fp32";
   double interval = 60;
@@ -107,6 +109,10 @@ void run_eval(Flags& flags) {
         fmt::print("step {}: precision @ 1 = {:.4f} ({} examples)\n", r.step, r.precision_at_1,
                    r.examples);
         print_classes(r);
+        if (!flags.save_logits.empty()) {
+          const std::vector<int64_t> shape{r.examples, static_cast<int64_t>(r.class_names.size())};
+          write_file(flags.save_logits, npy_bytes(r.logits, shape));
+        }
         std::fflush(stdout);
         record(r, flags.eval_dir);
       }
@@ -136,6 +142,8 @@ CommandRegistrar registrar{
        app.add_option(
            "--eval_dir", flags.eval_dir,
            "Where to write events and metrics.jsonl (default: eval/ beside the checkpoint)");
+       app.add_option("--save_logits", flags.save_logits,
+                      "Write the test split's logits, in its order, to this .npy file");
        app.add_option("--precision", flags.precision, "fp32 | bf16 (as tower train)")
            ->capture_default_str();
        app.add_flag("--no_ema", flags.no_ema,

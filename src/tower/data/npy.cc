@@ -223,4 +223,23 @@ Dataset read_npy(const std::string& dir, Split split) {
   return d;
 }
 
+std::vector<uint8_t> npy_bytes(std::span<const float> values, const std::vector<int64_t>& shape) {
+  std::string dims;
+  for (int64_t d : shape) dims += std::to_string(d) + ",";
+  if (shape.size() > 1) dims.pop_back();  // (3,) but (3, 4)
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + dims + "), }";
+  // The magic (6), version (2) and length (2) bytes, the header, then spaces and a newline so
+  // that the data starts at a multiple of 64 bytes.
+  const size_t used = 10 + header.size() + 1;
+  header += std::string((64 - used % 64) % 64, ' ') + "\n";
+  std::string head = "\x93NUMPY";
+  head += {'\x01', '\x00', static_cast<char>(header.size() & 0xff),
+           static_cast<char>(header.size() >> 8)};
+  head += header;
+  std::vector<uint8_t> bytes(head.size() + values.size_bytes());
+  std::memcpy(bytes.data(), head.data(), head.size());
+  std::memcpy(bytes.data() + head.size(), values.data(), values.size_bytes());
+  return bytes;
+}
+
 }  // namespace tower

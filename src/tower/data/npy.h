@@ -26,6 +26,10 @@ struct NpyArray {
 // The array in a .npy file's bytes; `file` names it in errors.
 NpyArray parse_npy(std::span<const uint8_t> bytes, const std::string& file);
 
+// A float32 array as the bytes of a .npy file (format 1.0, little-endian, C order), as np.load
+// reads it.
+std::vector<uint8_t> npy_bytes(std::span<const float> values, const std::vector<int64_t>& shape);
+
 // The split of DIR; every file and value is checked, errors name the file.
 Dataset read_npy(const std::string& dir, Split split);
 

@@ -5,6 +5,7 @@
 #include "tower/models/model.h"
 #include "tower/parallel/data_parallel.h"
 #include "tower/train/evaluator.h"
+#include "tower/train/inference.h"
 #include "tower/train/training_state.h"
 
 namespace tower {
@@ -24,22 +25,9 @@ std::string eval_key(bool ema, const std::string& other_data) {
 EvalResult evaluate_checkpoint(const EvalConfig& config) {
   if (config.batch_size < 1 || config.batch_size > (1 << 20))
     fail("--batch_size must be a whole number from 1 to {}, got {}", 1 << 20, config.batch_size);
-  std::string prefix = config.checkpoint;
-  const bool latest = prefix.empty();
-  if (latest) {
-    auto found = checkpoint_latest(config.train_dir);
-    if (!found) fail("no checkpoint in '{}' (expected model.ckpt-<step> files)", config.train_dir);
-    prefix = *found;
-  }
-  TrainingCheckpoint checkpoint;
-  try {
-    checkpoint = load_training_checkpoint(prefix);
-  } catch (const Error& e) {
-    if (!latest) throw;
-    const std::vector<int64_t> steps = checkpoint_list(config.train_dir);
-    fail("{}\n{}", e.what(),
-         older_checkpoint_hint(config.train_dir, steps.empty() ? 0 : steps.back(), "--checkpoint"));
-  }
+  TrainingCheckpoint checkpoint =
+      load_checkpoint_for_inference(config.train_dir, config.checkpoint);
+  const std::string& prefix = checkpoint.data.prefix;
   const TrainingState& state = checkpoint.state;
   const ModelDef& model = run_model(state.run, prefix + ".json");
   const bool other_data = !config.data.empty() && config.data != state.run.data;
@@ -68,14 +56,10 @@ EvalResult evaluate_checkpoint(const EvalConfig& config) {
             ? state.classes
             : test_set->class_names;
     result.precision_at_1 = evaluator.evaluate([&](const std::string& name) -> const Tensor& {
-      const auto& tensors = checkpoint.data.tensors;
-      auto it = ema ? tensors.find(name + "/ExponentialMovingAverage") : tensors.end();
-      if (it == tensors.end()) it = tensors.find(name);
-      if (it == tensors.end())
-        fail("the checkpoint has no tensor '{}' needed by model {}", name, state.run.model);
-      return it->second;
+      return checkpoint_weight(checkpoint, name, ema);
     });
     result.confusion = evaluator.confusion();
+    result.logits = evaluator.logits();
   } catch (const Error& e) {
     fail("cannot evaluate checkpoint {} (model {}, trained on {}) on {}{}: {}", prefix,
          state.run.model, state.run.data, other_data ? "--data " : "", data, e.what());

@@ -31,6 +31,7 @@ struct EvalResult {
   std::vector<std::string> class_names;
   // confusion[t * classes + p]: the examples of class t predicted as p (the first largest logit).
   std::vector<int64_t> confusion;
+  std::vector<float> logits;  // (examples, classes) row-major, in the test split's order
 };
 
 // Throws tower::Error naming the checkpoint, the flag or the variable when the checkpoint cannot

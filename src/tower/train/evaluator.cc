@@ -10,8 +10,9 @@ struct Evaluator::Impl {
   std::shared_ptr<const Dataset> dataset;
   int64_t batch_size;
   Graph graph;
-  Value images, labels, correct, predicted;
+  Value images, labels, correct, predicted, logits;
   std::vector<int64_t> confusion;
+  std::vector<float> logits_seen;
   VariableStore variables;
   std::unique_ptr<Program> program;
   std::unique_ptr<InputPipeline> pipeline;
@@ -39,17 +40,19 @@ Evaluator::Evaluator(const std::string& model, std::shared_ptr<const Dataset> da
   ModelOutputs out = get_model(model).build(scope, m.images, dataset->num_classes, Mode::eval);
   m.correct = ops::in_top_k(scope, out.logits, m.labels, 1);
   m.predicted = ops::argmax(scope, out.logits);
+  m.logits = out.logits;
   m.variables.initialize(m.graph, 0);
   ProgramOptions options{Device{}, num_threads > 0 ? num_threads : cpu_info().num_cores};
   options.precision = precision;
-  m.program = std::make_unique<Program>(m.graph, std::vector<Value>{m.correct, m.predicted},
-                                        m.variables, options);
+  m.program = std::make_unique<Program>(
+      m.graph, std::vector<Value>{m.correct, m.predicted, m.logits}, m.variables, options);
 }
 
 Evaluator::~Evaluator() = default;
 
 int64_t Evaluator::examples() const { return impl_->dataset->size(); }
 const std::vector<int64_t>& Evaluator::confusion() const { return impl_->confusion; }
+const std::vector<float>& Evaluator::logits() const { return impl_->logits_seen; }
 
 double Evaluator::evaluate(const std::function<const Tensor&(const std::string&)>& weights) {
   Impl& m = *impl_;
@@ -66,6 +69,7 @@ double Evaluator::evaluate(const std::function<const Tensor&(const std::string&)
   int64_t seen = 0, correct = 0;
   const int64_t total = m.dataset->size(), classes = m.dataset->num_classes;
   m.confusion.assign(static_cast<size_t>(classes * classes), 0);
+  m.logits_seen.resize(static_cast<size_t>(total * classes));
   while (seen < total) {
     Batch batch = pipeline.next();
     const int64_t n = batch.images.shape()[0];
@@ -79,6 +83,8 @@ double Evaluator::evaluate(const std::function<const Tensor&(const std::string&)
     const float* c = m.program->output(0).data<float>();
     const int32_t* p = m.program->output(1).data<int32_t>();
     const int32_t* t = batch.labels.data<int32_t>();
+    const float* l = m.program->output(2).data<float>();
+    std::copy(l, l + n * classes, m.logits_seen.begin() + seen * classes);
     for (int64_t i = 0; i < n; ++i) {
       correct += c[i] > 0.5f ? 1 : 0;
       if (p[i] >= 0 && p[i] < classes) ++m.confusion[static_cast<size_t>(t[i] * classes + p[i])];

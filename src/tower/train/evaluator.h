@@ -24,6 +24,8 @@ class Evaluator {
   int64_t examples() const;
   // Of the last evaluate(): [true class * classes + predicted class] -> examples.
   const std::vector<int64_t>& confusion() const;
+  // Of the last evaluate(): the logits, (examples, classes) row-major, in the data set's order.
+  const std::vector<float>& logits() const;
 
  private:
   struct Impl;

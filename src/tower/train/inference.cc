@@ -1,0 +1,88 @@
+#include "tower/train/inference.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "tower/train/evaluator.h"
+
+namespace tower {
+namespace {
+
+bool has_checkpoint_files(const std::string& prefix) {
+  std::error_code ec;
+  return std::filesystem::exists(prefix + ".safetensors", ec) ||
+         std::filesystem::exists(prefix + ".json", ec);
+}
+
+std::string drop_suffix(std::string name) {
+  for (const std::string ext : {".safetensors", ".json"})
+    if (name.size() > ext.size() && name.ends_with(ext)) name.resize(name.size() - ext.size());
+  return name;
+}
+
+}  // namespace
+
+std::string resolve_checkpoint(const std::string& train_dir, const std::string& name) {
+  if (name.empty()) {
+    auto found = checkpoint_latest(train_dir);
+    if (!found) fail("no checkpoint in '{}' (expected model.ckpt-<step> files)", train_dir);
+    return *found;
+  }
+  const std::string prefix = drop_suffix(name);
+  if (has_checkpoint_files(prefix)) return prefix;
+  const std::string in_dir = (std::filesystem::path(train_dir) / prefix).string();
+  if (has_checkpoint_files(in_dir)) return in_dir;
+  if (!prefix.empty() && std::all_of(prefix.begin(), prefix.end(), ::isdigit)) {
+    const std::string step = checkpoint_prefix(train_dir, std::stoll(prefix));
+    if (has_checkpoint_files(step)) return step;
+  }
+  return prefix;  // loading it names the missing file
+}
+
+TrainingCheckpoint load_checkpoint_for_inference(const std::string& train_dir,
+                                                 const std::string& name) {
+  const std::string prefix = resolve_checkpoint(train_dir, name);
+  try {
+    return load_training_checkpoint(prefix);
+  } catch (const Error& e) {
+    if (!name.empty()) throw;
+    const std::vector<int64_t> steps = checkpoint_list(train_dir);
+    fail("{}\n{}", e.what(),
+         older_checkpoint_hint(train_dir, steps.empty() ? 0 : steps.back(), "--checkpoint"));
+  }
+}
+
+const Tensor& checkpoint_weight(const TrainingCheckpoint& checkpoint, const std::string& variable,
+                                bool ema) {
+  const auto& tensors = checkpoint.data.tensors;
+  auto it = ema ? tensors.find(variable + "/ExponentialMovingAverage") : tensors.end();
+  if (it == tensors.end()) it = tensors.find(variable);
+  if (it == tensors.end())
+    fail("the checkpoint {} has no tensor '{}' needed by model {}", checkpoint.data.prefix,
+         variable, checkpoint.state.run.model);
+  return it->second;
+}
+
+InferenceModel open_inference_model(const std::string& train_dir, const std::string& checkpoint,
+                                    bool use_ema) {
+  InferenceModel m;
+  m.checkpoint = load_checkpoint_for_inference(train_dir, checkpoint);
+  const TrainingState& state = m.checkpoint.state;
+  m.model = &run_model(state.run, m.checkpoint.data.prefix + ".json");
+  m.ema = use_ema && state.ema;
+  m.image_shape = state.image_shape;
+  m.classes = state.classes;
+  if (m.image_shape.rank() != 3 || m.classes.empty()) {
+    const Dataset test =
+        open_dataset(run_data_spec({.data = state.run.data}, *m.model), Split::test);
+    if (m.image_shape.rank() != 3) m.image_shape = test.image_shape();
+    if (m.classes.empty()) m.classes = test.class_names;
+  }
+  const std::string augmentation =
+      state.augmentation.empty() ? m.model->recipe.augmentation : state.augmentation;
+  m.transform = input_transforms(augmentation, m.model->default_input, m.image_shape).eval;
+  m.input_shape = transform_output_shape(m.transform, m.image_shape);
+  return m;
+}
+
+}  // namespace tower

@@ -37,6 +37,8 @@ def test_split(fmt, folder):
 
 
 def main():
+    if len(sys.argv) != 5:
+        raise SystemExit(__doc__)
     path, fmt, folder, tower_logits = sys.argv[1:5]
     model = onnx.load(path)
     onnx.checker.check_model(model, full_check=True)
@@ -68,4 +70,5 @@ def main():
     }))
 
 
-main()
+if __name__ == "__main__":
+    main()

@@ -4,7 +4,7 @@
 # tree does
 #   find_package(tower CONFIG REQUIRED)
 #   target_link_libraries(app PRIVATE tower::tower)
-# oneDNN, OpenMP, MPI and CUDA are linked into libtower privately; the package asks only for the
+# oneDNN, OpenMP, ONNX, MPI and CUDA are linked into libtower privately; the package asks only for the
 # libraries the public headers use (fmt, nlohmann_json).
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
@@ -29,7 +29,7 @@ add_dependencies(tower_shared ${whole})
 target_link_options(tower_shared PRIVATE "LINKER:--whole-archive" ${archives}
                     "LINKER:--no-whole-archive" "LINKER:--exclude-libs,libcudart_static.a")
 set_property(TARGET tower_shared APPEND PROPERTY LINK_DEPENDS ${archives})
-set(private_libs DNNL::dnnl OpenMP::OpenMP_CXX ZLIB::ZLIB PkgConfig::TURBOJPEG PkgConfig::SPNG
+set(private_libs DNNL::dnnl OpenMP::OpenMP_CXX ZLIB::ZLIB PkgConfig::TURBOJPEG PkgConfig::SPNG onnx
                  fmt::fmt Threads::Threads ${CMAKE_DL_LIBS})
 if(TOWER_HAVE_MPI)
   list(APPEND private_libs MPI::MPI_C)

@@ -155,6 +155,9 @@ CommandRegistrar registrar{
            ->check(non_negative);
        app.add_option("--epochs", c.epochs, "Stop after this many epochs (recipe)")
            ->check(non_negative);
+       app.add_flag("--allow_schedule_change", c.allow_schedule_change,
+                    "Resume although --max_steps, --epochs, --lr or --lr_schedule change the "
+                    "learning rate of the steps still to train");
        app.add_option("--train_dir", c.train_dir, "Checkpoints, metrics.jsonl and TensorBoard logs")
            ->capture_default_str();
        app.add_option("--optimizer", c.optimizer.name, "sgd | momentum | adam | adamw (recipe)");

@@ -129,6 +129,48 @@ TEST_F(BadInputTest, AnInterruptedSaveIsSaidAndTheCheckpointBeforeItResumes) {
   EXPECT_TRUE(contains(r.output, "resumed from " + checkpoint_prefix(dirs / "run", 5))) << r.output;
 }
 
+// A resume whose flags change the learning rate of the steps still to train (a cosine decay
+// stretched, another --lr) says so and asks for --allow_schedule_change; a longer run of a
+// schedule that only continues (exponential decay) resumes as before.
+TEST_F(BadInputTest, ResumingWithAnotherScheduleAsksForAllowScheduleChange) {
+  TmpDir dirs;
+  const std::string cosine = " --lr_schedule cosine";
+  ASSERT_EQ(run_tower(train_flags(dirs / "run", 10) + cosine).exit_code, 0);
+  auto longer = run_tower(train_flags(dirs / "run", 20) + cosine);
+  EXPECT_EQ(longer.exit_code, 1) << longer.output;
+  EXPECT_TRUE(contains(longer.output,
+                       "was trained with --lr_schedule cosine --lr 0.01 over 10 "
+                       "steps, this run asks for --lr_schedule cosine --lr 0.01 "
+                       "over 20 steps: at step 10 the learning rate would be"))
+      << longer.output;
+  EXPECT_TRUE(contains(longer.output, "--allow_schedule_change")) << longer.output;
+  EXPECT_EQ(checkpoint_list(dirs / "run"), (std::vector<int64_t>{5, 10}));
+  auto allowed = run_tower(train_flags(dirs / "run", 20) + cosine + " --allow_schedule_change");
+  EXPECT_EQ(allowed.exit_code, 0) << allowed.output;
+  EXPECT_EQ(checkpoint_list(dirs / "run").back(), 20);
+
+  ASSERT_EQ(run_tower(train_flags(dirs / "exp", 10)).exit_code, 0);
+  auto lr = run_tower(train_flags(dirs / "exp", 15) + " --lr 0.02");
+  EXPECT_EQ(lr.exit_code, 1) << lr.output;
+  EXPECT_TRUE(contains(lr.output, "the learning rate would be 0.02 instead of 0.01")) << lr.output;
+  EXPECT_EQ(run_tower(train_flags(dirs / "exp", 15)).exit_code, 0);
+}
+
+// A changed layout is refused with every differing setting at once, naming the micro-batch flags
+// that allow any layout.
+TEST_F(BadInputTest, AnotherLayoutIsRefusedWithEveryDifferenceAndTheWayToChangeLayouts) {
+  TmpDir dirs;
+  ASSERT_EQ(run_tower(train_flags(dirs / "run", 5) + " --num_devices 2 --batch_size 4").exit_code,
+            0);
+  auto r = run_tower(train_flags(dirs / "run", 10));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(contains(r.output,
+                       "a run with batch_size = 4, num_towers = 2, but this run has "
+                       "batch_size = 8, num_towers = 1"))
+      << r.output;
+  EXPECT_TRUE(contains(r.output, "--global_batch_size and --micro_batch_size")) << r.output;
+}
+
 TEST_F(BadInputTest, FlagsAreCheckedUpFrontAndNamed) {
   TmpDir dirs;
   const std::string base = train_flags(dirs / "run", 10);

@@ -135,9 +135,11 @@ TEST_F(MicroBatchTest, ResumingWithAnotherGlobalOrMicroBatchSizeIsAnError) {
       << global.output;
   auto classic = train(data + " --batch_size 32", dir, 1, 1, 20);
   EXPECT_EQ(classic.exit_code, 1) << classic.output;
+  // Every differing setting at once, and the way to change layouts.
   EXPECT_TRUE(contains(classic.output,
-                       "global_batch_size = 32, but this run has "
-                       "global_batch_size = none"))
+                       "a run with global_batch_size = 32, micro_batch_size = 8, batch_size = "
+                       "none, num_towers = none, ranks = none, but this run has global_batch_size "
+                       "= none, micro_batch_size = none, batch_size = 32, num_towers = 1"))
       << classic.output;
 }
 

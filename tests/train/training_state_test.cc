@@ -45,7 +45,7 @@ TEST(TrainingStateTest, RoundTripsEveryField) {
   EXPECT_EQ(back.step, s.step);
   EXPECT_EQ(back.epoch, s.epoch);
   EXPECT_EQ(back.epoch_step, s.epoch_step);
-  EXPECT_FALSE(first_difference(back.run, s.run));
+  EXPECT_TRUE(differences(back.run, s.run).empty());
   EXPECT_EQ(back.devices, s.devices);
   EXPECT_EQ(back.ema, s.ema);
   EXPECT_EQ(back.augmentation, s.augmentation);
@@ -105,14 +105,26 @@ TEST(TrainingStateTest, EveryMissingWrongOrOutOfRangeKeyIsNamedWithTheFile) {
   EXPECT_EQ(s.run.model_file, "");
 }
 
-TEST(TrainingStateTest, FirstDifferenceNamesTheKey) {
+TEST(TrainingStateTest, DifferencesNameEveryKey) {
   RunIdentity a = example().run, b = a;
   b.num_towers = 4;
-  auto diff = first_difference(a, b);
-  ASSERT_TRUE(diff);
-  EXPECT_EQ(diff->key, "num_towers");
-  EXPECT_EQ(diff->saved, "2");
-  EXPECT_EQ(diff->now, "4");
+  b.ranks = 2;
+  auto diff = differences(a, b);
+  ASSERT_EQ(diff.size(), 2u);
+  EXPECT_EQ(diff[0].key, "num_towers");
+  EXPECT_EQ(diff[0].saved, "2");
+  EXPECT_EQ(diff[0].now, "4");
+  EXPECT_EQ(diff[1].key, "ranks");
+  // Towers to micro-batches: the layout fields of the one and the sizes of the other.
+  b = a;
+  b.global_batch_size = 128, b.micro_batch_size = 32;
+  b.batch_size = b.num_towers = b.ranks = 0;
+  diff = differences(a, b);
+  ASSERT_EQ(diff.size(), 5u);
+  EXPECT_EQ(diff[0].key, "global_batch_size");
+  EXPECT_EQ(diff[0].saved, "none");
+  EXPECT_EQ(diff[2].key, "batch_size");
+  EXPECT_EQ(diff[2].now, "none");
 }
 
 }  // namespace

@@ -248,14 +248,7 @@ class Run {
       else
         checkpoint_ = find_resume_checkpoint(config_.train_dir);
     }
-    if (checkpoint_) {
-      const RunIdentity& saved = checkpoint_->state.run;
-      if (auto diff = first_difference(saved, identity()))
-        fail(
-            "checkpoint {} was written by a run with {} = {}, but this run has {} = {}; use "
-            "another --train_dir or the same flags",
-            checkpoint_->data.prefix, diff->key, diff->saved, diff->key, diff->now);
-    }
+    if (checkpoint_) refuse_other_run(*checkpoint_);
     nlohmann::json resume;  // {step, epoch, epoch_step}; null when starting fresh
     if (checkpoint_)
       resume = {checkpoint_->state.step, checkpoint_->state.epoch, checkpoint_->state.epoch_step};
@@ -287,6 +280,56 @@ class Run {
     if (total_steps_ > kMaxSteps)
       fail("--epochs {} is {} steps of {} per epoch, more than {}", config_.epochs, total_steps_,
            steps_per_epoch_, kMaxSteps);
+    if (checkpoint_ && !config_.allow_schedule_change) refuse_schedule_change(*checkpoint_);
+  }
+
+  // A checkpoint of another run (model, data, layout, optimizer, seed) is refused with every
+  // difference at once.
+  void refuse_other_run(const TrainingCheckpoint& checkpoint) {
+    const std::vector<IdentityDifference> diffs = differences(checkpoint.state.run, identity());
+    if (diffs.empty()) return;
+    std::vector<std::string> saved, now;
+    bool layout = false;
+    for (const IdentityDifference& d : diffs) {
+      saved.push_back(d.key + " = " + d.saved);
+      now.push_back(d.key + " = " + d.now);
+      layout |= d.key == "batch_size" || d.key == "num_towers" || d.key == "ranks";
+    }
+    fail(
+        "checkpoint {} was written by a run with {}, but this run has {}; use another --train_dir "
+        "or the same flags{}",
+        checkpoint.data.prefix, fmt::join(saved, ", "), fmt::join(now, ", "),
+        layout ? ". A run started with --global_batch_size and --micro_batch_size resumes on any "
+                 "number of towers and ranks"
+               : "");
+  }
+
+  // Resuming with other --max_steps, --epochs, --lr or --lr_schedule changes the learning rate
+  // of the steps still to train (a cosine decay stretched or cut short): refused unless asked for.
+  void refuse_schedule_change(const TrainingCheckpoint& checkpoint) {
+    const ScheduleRecord& saved = checkpoint.state.schedule;
+    if (saved.total_steps <= 0) return;  // an older checkpoint: nothing to compare with
+    std::unique_ptr<LrSchedule> before;
+    try {
+      before = parse_lr_schedule(saved.spec, static_cast<float>(saved.lr), steps_per_epoch_,
+                                 saved.total_steps);
+    } catch (const Error& e) {
+      fail("checkpoint {}: its learning-rate schedule: {}", checkpoint.data.prefix, e.what());
+    }
+    const std::unique_ptr<LrSchedule> after =
+        parse_lr_schedule(config_.lr_schedule, config_.lr, steps_per_epoch_, total_steps_);
+    const int64_t end = total_steps_;  // past its own end, a schedule continues as it would
+    const int64_t stride = std::max<int64_t>(1, (end - step_) / 100000);
+    for (int64_t s = step_; s < end; s += stride) {
+      if (before->lr(s) == after->lr(s)) continue;
+      fail(
+          "checkpoint {} was trained with --lr_schedule {} --lr {} over {} steps, this run asks "
+          "for --lr_schedule {} --lr {} over {} steps: at step {} the learning rate would be {:g} "
+          "instead of {:g}. Pass --allow_schedule_change to resume with the new schedule, or "
+          "resume with the flags of the first run",
+          checkpoint.data.prefix, saved.spec, static_cast<float>(saved.lr), saved.total_steps,
+          config_.lr_schedule, config_.lr, total_steps_, s, after->lr(s), before->lr(s));
+    }
   }
 
   void build_towers() {
@@ -580,6 +623,7 @@ class Run {
     state.augmentation = config_.augmentation;
     state.classes = train_set_->class_names;
     state.image_shape = train_set_->image_shape();
+    state.schedule = {config_.lr_schedule, config_.lr, total_steps_};
     save_training_checkpoint(config_.train_dir, state, tensors, config_.keep_checkpoints);
   }
 

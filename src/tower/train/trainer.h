@@ -48,6 +48,9 @@ struct TrainConfig {
   float ema_decay = 0.9999f;  // 0: no moving average of the weights
   std::string augmentation = "none";
   int64_t max_steps = 0;  // > 0: overrides epochs
+  // Resume even when --max_steps, --epochs, --lr or --lr_schedule change the learning rate of the
+  // steps still to train.
+  bool allow_schedule_change = false;
   std::string train_dir = "train";
   float clip_norm = 0;  // > 0: clip gradients by global norm
   uint64_t seed = 1;

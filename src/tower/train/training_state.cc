@@ -85,6 +85,10 @@ Json training_state_to_json(const TrainingState& s) {
                {"augmentation", s.augmentation}};
   if (!s.classes.empty()) json["classes"] = s.classes;
   if (s.image_shape.rank() == 3) json["image_shape"] = s.image_shape.dims();
+  if (s.schedule.total_steps > 0)
+    json["schedule"] = {{"lr_schedule", s.schedule.spec},
+                        {"lr", s.schedule.lr},
+                        {"total_steps", s.schedule.total_steps}};
   return json;
 }
 
@@ -132,26 +136,41 @@ TrainingState training_state_from_json(const Json& json, const std::string& file
       top.error("image_shape", "has " + std::to_string(dims.size()) + " values", "[C, H, W]");
     s.image_shape = Shape(dims);
   }
+  if (top.has("schedule")) {
+    Reader schedule = top.object("schedule");
+    s.schedule.spec = schedule.text("lr_schedule");
+    s.schedule.lr = schedule.at("lr", &Json::is_number, "a number").get<double>();
+    s.schedule.total_steps = schedule.whole("total_steps", 1);
+  }
   return s;
 }
 
-std::optional<IdentityDifference> first_difference(const RunIdentity& saved,
-                                                   const RunIdentity& now) {
+std::vector<IdentityDifference> differences(const RunIdentity& saved, const RunIdentity& now) {
+  std::vector<IdentityDifference> found;
   // The step's work first: with micro-batches, towers and ranks may change, G and M may not.
   auto size = [](int64_t v) { return v > 0 ? std::to_string(v) : std::string("none"); };
   if (saved.global_batch_size != now.global_batch_size)
-    return IdentityDifference{"global_batch_size", size(saved.global_batch_size),
-                              size(now.global_batch_size)};
+    found.push_back(
+        {"global_batch_size", size(saved.global_batch_size), size(now.global_batch_size)});
   if (saved.micro_batch_size != now.micro_batch_size)
-    return IdentityDifference{"micro_batch_size", size(saved.micro_batch_size),
-                              size(now.micro_batch_size)};
-  const nlohmann::ordered_json a = identity_json(saved), b = identity_json(now);
+    found.push_back({"micro_batch_size", size(saved.micro_batch_size), size(now.micro_batch_size)});
   if (saved.model_file != now.model_file)  // the texts themselves are too long to show
-    return IdentityDifference{"model_file", saved.model_file.empty() ? "none" : "one file",
-                              now.model_file.empty() ? "none" : "another"};
-  for (const auto& [key, value] : a.items())
-    if (b.at(key) != value) return IdentityDifference{key, value.dump(), b.at(key).dump()};
-  return std::nullopt;
+    found.push_back({"model_file", saved.model_file.empty() ? "none" : "one file",
+                     now.model_file.empty() ? "none" : "another"});
+  const nlohmann::ordered_json a = identity_json(saved), b = identity_json(now);
+  for (const auto& [key, value] : a.items()) {
+    if (key == "model_file" || key == "global_batch_size" || key == "micro_batch_size") continue;
+    const auto it = b.find(key);
+    if (it == b.end())
+      found.push_back({key, value.dump(), "none"});
+    else if (*it != value)
+      found.push_back({key, value.dump(), it->dump()});
+  }
+  for (const auto& [key, value] : b.items())
+    if (!a.contains(key) && key != "model_file" && key != "global_batch_size" &&
+        key != "micro_batch_size")
+      found.push_back({key, "none", value.dump()});
+  return found;
 }
 
 const ModelDef& run_model(const RunIdentity& run, const std::string& origin) {

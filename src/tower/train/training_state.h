@@ -29,6 +29,13 @@ struct RunIdentity {
   uint64_t seed = 0;
 };
 
+// The learning-rate schedule a run trained on, as resolved from the recipe and the flags.
+struct ScheduleRecord {
+  std::string spec;  // --lr_schedule
+  double lr = 0;     // --lr
+  int64_t total_steps = 0;
+};
+
 struct TrainingState {
   int64_t step = 0;                   // updates done
   int64_t epoch = 0, epoch_step = 0;  // the input pipeline's position: the next batch to train on
@@ -38,6 +45,7 @@ struct TrainingState {
   std::string augmentation;          // empty in checkpoints of older versions
   std::vector<std::string> classes;  // the class names of the data set (empty in older ones)
   Shape image_shape;                 // (C, H, W) of the data set's images (rank 0 in older ones)
+  ScheduleRecord schedule;           // total_steps 0 in older ones
 };
 
 nlohmann::json training_state_to_json(const TrainingState& state);
@@ -46,13 +54,12 @@ nlohmann::json training_state_to_json(const TrainingState& state);
 // range.
 TrainingState training_state_from_json(const nlohmann::json& json, const std::string& file);
 
-// The first field of `saved` that differs from `now`, as "key = saved value" and "key = this
-// run's value"; nothing when they agree.
+// The fields of `saved` that differ from `now`, as "key = saved value" and "key = this run's
+// value"; empty when they agree.
 struct IdentityDifference {
   std::string key, saved, now;
 };
-std::optional<IdentityDifference> first_difference(const RunIdentity& saved,
-                                                   const RunIdentity& now);
+std::vector<IdentityDifference> differences(const RunIdentity& saved, const RunIdentity& now);
 
 // The model a run trained; a model file's is registered from the text the checkpoint carries
 // (`origin` names the checkpoint in errors).

@@ -25,7 +25,8 @@ namespace {
 struct Flags {
   std::string model = "cifar10", mode = "train", strategy = "allreduce", devices,
               precision = "fp32", model_file, train_dir;
-  int64_t batch_size = 128;
+  int64_t batch_size = 0;         // per tower, as in train
+  int64_t global_batch_size = 0;  // all towers and ranks; neither flag: 128
   int64_t micro_batch_size = 0;
   int threads = 0, num_devices = 1, steps = 10, windows = 5;
   double bucket_mb = 25;
@@ -157,11 +158,19 @@ void run_bench(Flags flags) {
        .threads = flags.threads},
       comm);
   const int cores = plan.cores;
-  if (flags.batch_size % comm.size() != 0)
-    fail("--batch_size {} must be a multiple of the number of ranks ({})", flags.batch_size,
-         comm.size());
-  const int64_t local_batch =
-      flags.mode == "train" ? flags.batch_size / comm.size() : flags.batch_size;
+  // --batch_size is per tower, as in `tower train`; --global_batch_size the whole step's.
+  const int64_t towers = flags.mode == "train" ? static_cast<int64_t>(plan.devices.size()) : 1;
+  const int64_t ranks = flags.mode == "train" ? comm.size() : 1;
+  if (flags.batch_size > 0 && flags.global_batch_size > 0)
+    fail(
+        "--batch_size (per tower) and --global_batch_size (all towers and ranks) exclude each "
+        "other");
+  if (flags.batch_size > 0) flags.global_batch_size = flags.batch_size * towers * ranks;
+  if (flags.global_batch_size == 0) flags.global_batch_size = 128;
+  if (flags.global_batch_size % (towers * ranks) != 0)
+    fail("--global_batch_size {} must be a multiple of the {} tower{} x {} rank{}",
+         flags.global_batch_size, towers, towers == 1 ? "" : "s", ranks, ranks == 1 ? "" : "s");
+  const int64_t local_batch = flags.global_batch_size / ranks;
   std::vector<int64_t> dims = {local_batch};
   for (int64_t d : model.default_input.dims()) dims.push_back(d);
   Tensor images = random_images(Shape(dims));
@@ -241,19 +250,21 @@ void run_bench(Flags flags) {
   }
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
-  nlohmann::json line = {{"model", flags.model},
-                         {"mode", flags.mode},
-                         {"batch_size", flags.batch_size},
-                         {"micro_batch_size", flags.micro_batch_size},
-                         {"threads", cores},
-                         {"precision", flags.precision},
-                         {"num_devices", flags.num_devices},
-                         {"devices", flags.devices.empty() ? "cpu" : flags.devices},
-                         {"images_per_sec", static_cast<double>(flags.batch_size) / seconds},
-                         {"ms_per_step", seconds * 1e3},
-                         {"gflops", flops / seconds / 1e9},
-                         {"mflop_per_image", flops / static_cast<double>(flags.batch_size) / 1e6},
-                         {"peak_rss_mb", static_cast<double>(usage.ru_maxrss) / 1024.0}};
+  nlohmann::json line = {
+      {"model", flags.model},
+      {"mode", flags.mode},
+      {"global_batch_size", flags.global_batch_size},
+      {"batch_size", flags.global_batch_size / (towers * ranks)},
+      {"micro_batch_size", flags.micro_batch_size},
+      {"threads", cores},
+      {"precision", flags.precision},
+      {"num_devices", flags.num_devices},
+      {"devices", flags.devices.empty() ? "cpu" : flags.devices},
+      {"images_per_sec", static_cast<double>(flags.global_batch_size) / seconds},
+      {"ms_per_step", seconds * 1e3},
+      {"gflops", flops / seconds / 1e9},
+      {"mflop_per_image", flops / static_cast<double>(flags.global_batch_size) / 1e6},
+      {"peak_rss_mb", static_cast<double>(usage.ru_maxrss) / 1024.0}};
   line.update(extra);
   if (comm.rank() == 0) fmt::print("{}\n", line.dump());
 }
@@ -272,8 +283,10 @@ CommandRegistrar registrar{
            ->capture_default_str();
        app.add_option("--bucket_mb", flags.bucket_mb, "All-reduce bucket size in MB (train mode)")
            ->capture_default_str();
-       app.add_option("--batch_size", flags.batch_size, "Global batch (all towers and ranks)")
-           ->capture_default_str()
+       app.add_option("--batch_size", flags.batch_size, "Examples per tower (as tower train)")
+           ->check(positive);
+       app.add_option("--global_batch_size", flags.global_batch_size,
+                      "Examples per step, all towers and ranks (default 128)")
            ->check(positive);
        app.add_option("--micro_batch_size", flags.micro_batch_size,
                       "Train mode: micro-batches of this size summed by one fixed tree (as tower "

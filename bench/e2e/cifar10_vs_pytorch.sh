@@ -16,7 +16,7 @@ field() { $PY -c "import json,sys; print(json.loads(sys.argv[1])['$2'])" "$1"; }
 printf "%-6s %-7s %14s %14s %7s %10s %10s\n" mode threads tower_img/s torch_img/s ratio tower_MB torch_MB
 for mode in train infer; do
   for threads in 1 2; do
-    t=$($TOWER bench --model cifar10 --batch_size 128 --threads $threads --mode $mode | tail -1)
+    t=$($TOWER bench --model cifar10 --global_batch_size 128 --threads $threads --mode $mode | tail -1)
     p=$($PY bench/e2e/cifar10_pytorch.py --threads $threads --mode $mode | tail -1)
     echo "# tower:   $t" >&2
     echo "# pytorch: $p" >&2

@@ -61,7 +61,7 @@ else
   PEAK_BF16=0  # no bf16 arithmetic on this CPU
 fi
 TOWER_BF16=0
-if "$TOWER" bench --model mlp --mode infer --batch_size 8 --steps 1 --windows 1 --precision bf16 \
+if "$TOWER" bench --model mlp --mode infer --global_batch_size 8 --steps 1 --windows 1 --precision bf16 \
   >/dev/null 2>&1; then TOWER_BF16=1; fi
 
 busy_pid=""
@@ -100,7 +100,7 @@ for mode in train infer; do
     towers=${combo#*x}
     for precision in ${PRECISIONS:-fp32 bf16}; do
       for load in quiet busy; do
-        tower_args=(bench --model cifar10 --batch_size 128 --threads "$threads" --mode "$mode")
+        tower_args=(bench --model cifar10 --global_batch_size 128 --threads "$threads" --mode "$mode")
         if [ "$mode" = train ]; then tower_args+=(--num_devices "$towers"); fi
         if [ "$precision" = bf16 ] && [ $TOWER_BF16 = 1 ]; then tower_args+=(--precision bf16); fi
         tf_args=(--threads "$threads" --towers "$towers" --mode "$mode" --precision "$precision")

@@ -17,7 +17,7 @@ printf "%-10s %6s %-16s %12s %10s %10s %12s\n" model batch cudnn images/s ms/ste
 for model in cifar10 resnet20; do
   for batch in 128 512; do
     for mode in deterministic no-deterministic; do
-      j=$($TOWER bench --model $model --batch_size $batch --devices cuda:0 --$mode --steps 10 --windows 3 | tail -1)
+      j=$($TOWER bench --model $model --global_batch_size $batch --devices cuda:0 --$mode --steps 10 --windows 3 | tail -1)
       echo "# $j" >&2
       python3 - "$j" "$peak" "$mode" <<'PY'
 import json, sys
@@ -32,7 +32,7 @@ done
 printf "%-10s %6s %12s %12s %8s\n" model batch "fp32 img/s" "bf16 img/s" ratio
 for model in cifar10 resnet20; do
   for batch in 128 512; do
-    run() { $TOWER bench --model $model --batch_size $batch --devices cuda:0 --steps 10 --windows 3 "$@" | tail -1; }
+    run() { $TOWER bench --model $model --global_batch_size $batch --devices cuda:0 --steps 10 --windows 3 "$@" | tail -1; }
     fp32=$(run --precision fp32) bf16=$(run --precision bf16) || { echo "bf16: not on this GPU"; break 2; }
     python3 - "$fp32" "$bf16" <<'PY'
 import json, sys
@@ -43,4 +43,4 @@ PY
   done
 done
 # Where a GPU step goes (each kernel waited for, so the sum runs above the step above).
-$TOWER bench --model cifar10 --batch_size 128 --devices cuda:0 --steps 5 --windows 1 --profile >/dev/null
+$TOWER bench --model cifar10 --global_batch_size 128 --devices cuda:0 --steps 5 --windows 1 --profile >/dev/null

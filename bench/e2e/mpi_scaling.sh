@@ -24,7 +24,7 @@ print("%-34s %10.1f %9.1f %9.2f %10.2f %17.1f%%" % (sys.argv[1], j["images_per_s
       j["comm_ms"], j["reduce_wait_ms"], 100 * j["reduce_wait_share"]))
 PY
 }
-flags="--model cifar10 --batch_size 128 --steps 5 --windows 5"
+flags="--model cifar10 --global_batch_size 128 --steps 5 --windows 5"
 run "1 rank x 2 threads" $TOWER bench $flags --threads 2
 run "2 ranks x 1 thread, 25 MB buckets" $MPIRUN -np 2 $TOWER bench $flags --threads 1
 run "2 ranks x 1 thread, 1 MB buckets" $MPIRUN -np 2 $TOWER bench $flags --threads 1 --bucket_mb 1

@@ -10,7 +10,7 @@ printf "%-24s %12s %10s %10s %16s\n" layout images/s ms/step reduce_ms reduce_wa
 run() {
   local label=$1; shift
   local j
-  j=$($TOWER bench --model cifar10 --batch_size 256 --threads "$threads" --steps 5 --windows 3 "$@" | tail -1)
+  j=$($TOWER bench --model cifar10 --global_batch_size 256 --threads "$threads" --steps 5 --windows 3 "$@" | tail -1)
   echo "# $j" >&2
   python3 - "$label" "$j" <<'PY'
 import json, sys
@@ -28,7 +28,7 @@ run "2 towers, central" --num_devices 2 --strategy central
 echo
 printf "%-34s %12s %12s %8s\n" "2 towers, global batch 256" classic tree tree/classic
 images_per_sec() {
-  $TOWER bench --model cifar10 --batch_size 256 --threads "$threads" --num_devices 2 --steps 5 \
+  $TOWER bench --model cifar10 --global_batch_size 256 --threads "$threads" --num_devices 2 --steps 5 \
     --windows 3 "$@" | tail -1 | python3 -c 'import json,sys; print(json.load(sys.stdin)["images_per_sec"])'
 }
 for micro in 128 64 32; do

@@ -38,5 +38,28 @@ TEST(BenchCliTest, UnknownContentionValueIsOneClearError) {
       << r.output;
 }
 
+// One meaning of --batch_size across sub-commands: per tower, as in train; the whole step's is
+// --global_batch_size, as in train's micro-batch mode.
+TEST(BenchCliTest, BatchSizeIsPerTowerAsInTrainAndGlobalBatchSizeIsTheStep) {
+  auto json_of = [](const std::string& flags) {
+    const auto r =
+        run_command(tower_binary() + " bench --model lenet --num_devices 2 --threads 2 " +
+                    "--steps 1 --windows 1 " + flags);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return nlohmann::json::parse(r.output.substr(r.output.rfind("{\"")));
+  };
+  const nlohmann::json per_tower = json_of("--batch_size 16");
+  EXPECT_EQ(per_tower.at("batch_size"), 16);
+  EXPECT_EQ(per_tower.at("global_batch_size"), 32);
+  const nlohmann::json global = json_of("--global_batch_size 16");
+  EXPECT_EQ(global.at("batch_size"), 8);
+  EXPECT_EQ(global.at("global_batch_size"), 16);
+  const auto both =
+      run_command(tower_binary() + " bench --model lenet --batch_size 8 --global_batch_size 16");
+  EXPECT_EQ(both.exit_code, 1) << both.output;
+  EXPECT_NE(both.output.find("--batch_size (per tower) and --global_batch_size"), std::string::npos)
+      << both.output;
+}
+
 }  // namespace
 }  // namespace tower

@@ -137,6 +137,10 @@ CommandRegistrar registrar{
            ->capture_default_str();
        app.add_option("--checkpoint", flags.config.checkpoint,
                       "A checkpoint prefix (default: the latest)");
+       app.add_option("--model", flags.config.model,
+                      "Evaluate the --checkpoint tensors file alone as this model (a file "
+                      "written by another tool: no state file needed)");
+       app.add_option("--model_file", flags.config.model_file, "The same for a model file's model");
        app.add_option("--data", flags.config.data,
                       "Data set (default: the one the model was trained on)");
        app.add_option(

@@ -114,6 +114,24 @@ TEST_F(BadInputTest, MissingStateFilesStopTrainingInsteadOfOverwritingTheCheckpo
   EXPECT_EQ(read_file(tensors), before);
 }
 
+// The latest checkpoint's state file deleted, an older one complete: the same rule as damage, a
+// fallback to the older one with the orphaned tensors kept aside under a new name.
+TEST_F(BadInputTest, AMissingStateFileFallsBackWithTheTensorsKeptAside) {
+  TmpDir dirs;
+  ASSERT_EQ(run_tower(train_flags(dirs / "run", 10)).exit_code, 0);
+  const std::string prefix = checkpoint_prefix(dirs / "run", 10);
+  fs::remove(prefix + ".json");
+  const std::string before = read_file(prefix + ".safetensors");
+  auto r = run_tower(train_flags(dirs / "run", 10));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, prefix + ".json is missing (deleted?); kept aside as " + prefix +
+                                     ".safetensors.damaged"))
+      << r.output;
+  EXPECT_TRUE(contains(r.output, "resumed from " + checkpoint_prefix(dirs / "run", 5))) << r.output;
+  EXPECT_EQ(read_file(prefix + ".safetensors.damaged"), before);
+  EXPECT_EQ(checkpoint_list(dirs / "run").back(), 10);  // trained again from step 5
+}
+
 // What an interrupted save leaves (the tensors of step 10, no state file, the index still naming
 // step 5): said on stderr, and training resumes from step 5.
 TEST_F(BadInputTest, AnInterruptedSaveIsSaidAndTheCheckpointBeforeItResumes) {

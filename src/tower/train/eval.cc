@@ -1,8 +1,12 @@
 #include "tower/train/eval.h"
 
 #include <cctype>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
+#include "tower/io/safetensors.h"
 #include "tower/models/model.h"
+#include "tower/models/model_file.h"
 #include "tower/parallel/data_parallel.h"
 #include "tower/train/evaluator.h"
 #include "tower/train/inference.h"
@@ -20,13 +24,54 @@ std::string eval_key(bool ema, const std::string& other_data) {
   return key;
 }
 
+// A tensors file as a checkpoint of `config.model` (or its model file) with no state: raw weights,
+// the recipe's data and augmentation, the step from the file's metadata (else 0).
+TrainingCheckpoint weights_only(const EvalConfig& config) {
+  if (!config.model.empty() && !config.model_file.empty())
+    fail("--model and --model_file exclude each other");
+  if (config.checkpoint.empty())
+    fail("--model and --model_file evaluate a tensors file: name it with --checkpoint FILE");
+  TrainingCheckpoint c;
+  c.data.prefix = resolve_checkpoint(config.train_dir, config.checkpoint);
+  SafetensorsFile file = safetensors_read(c.data.prefix + ".safetensors");
+  c.data.tensors = std::move(file.tensors);
+  if (auto it = file.metadata.find("step"); it != file.metadata.end()) {
+    try {
+      c.data.step = std::max<int64_t>(0, std::stoll(it->second));
+    } catch (const std::exception&) {
+    }
+  }
+  c.state.step = c.data.step;
+  c.state.run.model = config.model_file.empty() ? config.model : load_model_file(config.model_file);
+  c.state.run.data = config.data;
+  return c;
+}
+
 }  // namespace
 
 EvalResult evaluate_checkpoint(const EvalConfig& config) {
   if (config.batch_size < 1 || config.batch_size > (1 << 20))
     fail("--batch_size must be a whole number from 1 to {}, got {}", 1 << 20, config.batch_size);
-  TrainingCheckpoint checkpoint =
-      load_checkpoint_for_inference(config.train_dir, config.checkpoint);
+  const bool alone = !config.model.empty() || !config.model_file.empty();
+  TrainingCheckpoint checkpoint;
+  try {
+    checkpoint = alone ? weights_only(config)
+                       : load_checkpoint_for_inference(config.train_dir, config.checkpoint);
+  } catch (const ForeignStateError& e) {
+    fail("{}; to evaluate its tensors alone, pass --model NAME or --model_file FILE", e.what());
+  } catch (const Error& e) {
+    // A state file of another tool may fail before its keys are read (no step): say so, not
+    // damage.
+    if (alone || config.checkpoint.empty()) throw;
+    const std::string state = resolve_checkpoint(config.train_dir, config.checkpoint) + ".json";
+    std::ifstream in(state);
+    const nlohmann::json json = nlohmann::json::parse(in, nullptr, false);
+    if (!in || json.is_discarded() || (json.is_object() && json.contains("run"))) throw;
+    fail(
+        "'{}' is not a state file written by `tower train` ({}); to evaluate the tensors alone, "
+        "pass --model NAME or --model_file FILE",
+        state, e.what());
+  }
   const std::string& prefix = checkpoint.data.prefix;
   const TrainingState& state = checkpoint.state;
   const ModelDef& model = run_model(state.run, prefix + ".json");
@@ -61,6 +106,9 @@ EvalResult evaluate_checkpoint(const EvalConfig& config) {
     result.confusion = evaluator.confusion();
     result.logits = evaluator.logits();
   } catch (const Error& e) {
+    if (alone)
+      fail("cannot evaluate {} as model {} on {}: {}", prefix, state.run.model, test_set->name,
+           e.what());
     fail("cannot evaluate checkpoint {} (model {}, trained on {}) on {}{}: {}", prefix,
          state.run.model, state.run.data, other_data ? "--data " : "", data, e.what());
   }

@@ -13,6 +13,10 @@ struct EvalConfig {
   std::string train_dir = "train";
   std::string checkpoint;  // prefix; empty: the latest in train_dir
   std::string data;        // empty: the data set recorded in the checkpoint
+  // Either: evaluate the tensors file `checkpoint` alone (written by any tool, e.g.
+  // safetensors.numpy.save_file, with tower's variable names) as this model, on `data` or the
+  // model's recipe data; any state file beside it is not read.
+  std::string model, model_file;
   bool use_ema = true;
   int64_t batch_size = 500;
   int num_threads = 0;  // 0: all cores

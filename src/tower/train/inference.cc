@@ -1,5 +1,8 @@
 #include "tower/train/inference.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <filesystem>
 
@@ -57,9 +60,15 @@ const Tensor& checkpoint_weight(const TrainingCheckpoint& checkpoint, const std:
   const auto& tensors = checkpoint.data.tensors;
   auto it = ema ? tensors.find(variable + "/ExponentialMovingAverage") : tensors.end();
   if (it == tensors.end()) it = tensors.find(variable);
-  if (it == tensors.end())
-    fail("the checkpoint {} has no tensor '{}' needed by model {}", checkpoint.data.prefix,
-         variable, checkpoint.state.run.model);
+  if (it == tensors.end()) {
+    std::vector<std::string> names;
+    for (const auto& [name, tensor] : tensors)
+      if (names.size() < 8) names.push_back(name);
+    fail("the checkpoint {} has no tensor '{}' needed by model {} (it has {}{})",
+         checkpoint.data.prefix, variable, checkpoint.state.run.model,
+         names.empty() ? "none" : fmt::format("{}", fmt::join(names, ", ")),
+         tensors.size() > names.size() ? ", ..." : "");
+  }
   return it->second;
 }
 

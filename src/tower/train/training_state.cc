@@ -187,7 +187,13 @@ void save_training_checkpoint(const std::string& dir, const TrainingState& state
 namespace {
 TrainingState validated_state(const CheckpointData& data) {
   const std::string file = data.prefix + ".json";
-  TrainingState state = training_state_from_json(data.state, file);
+  TrainingState state;
+  try {
+    state = training_state_from_json(data.state, file);
+  } catch (const Error& e) {
+    throw ForeignStateError(
+        fmt::format("{} (not a state file written by `tower train`)", e.what()));
+  }
   if (state.step != data.step)
     fail("checkpoint state file '{}': key 'step' is {}, but its tensors file is of step {}", file,
          state.step, data.step);
@@ -240,29 +246,32 @@ std::string keep_aside(const std::string& prefix) {
 
 std::optional<TrainingCheckpoint> find_resume_checkpoint(const std::string& dir) {
   const std::vector<int64_t> steps = checkpoint_list(dir);
+  // Damaged checkpoints newer than the one resumed are kept aside (renamed) once a usable one is
+  // found; with none usable, nothing is renamed and the run stops.
+  std::vector<std::pair<std::string, std::string>> damaged;  // prefix, what is wrong
   // The index is written after the state file, so an index naming a checkpoint without one means
-  // that files were deleted: starting over would overwrite what is left.
+  // that files were deleted: the same rule as damage (starting over would overwrite the rest).
+  std::optional<std::string> lost;
   if (auto named = checkpoint_indexed(dir); named && !std::filesystem::exists(*named + ".json") &&
-                                            std::filesystem::exists(*named + ".safetensors"))
-    fail(
-        "'{}/checkpoint' names {}, but its state file {}.json is missing (deleted?); {}, or use "
-        "another --train_dir",
-        dir, *named, *named,
-        steps.empty() ? std::string("no checkpoint of this dir is complete")
-                      : fmt::format("pass --resume_from {} to resume from the latest complete "
-                                    "checkpoint",
-                                    checkpoint_prefix(dir, steps.back())));
+                                            std::filesystem::exists(*named + ".safetensors")) {
+    lost = *named;
+    damaged.emplace_back(*named, fmt::format("'{}/checkpoint' names {}, but its state file {}.json "
+                                             "is missing (deleted?)",
+                                             dir, *named, *named));
+    if (steps.empty())
+      fail(
+          "{}; no checkpoint of this dir is complete: move its files away or use another "
+          "--train_dir",
+          damaged.back().second);
+  }
   // Tensors without their state file and newer than every complete checkpoint: a save that was
   // interrupted (the state file is written second). Said, then left to be overwritten.
   for (int64_t step : checkpoint_list_incomplete(dir))
-    if (steps.empty() || step > steps.back())
+    if ((steps.empty() || step > steps.back()) && checkpoint_prefix(dir, step) != lost)
       std::fprintf(stderr,
                    "%swarning: ignoring %s.safetensors: its state file is missing (a save that was "
                    "interrupted?); it will be overwritten\n",
                    log_prefix().c_str(), checkpoint_prefix(dir, step).c_str());
-  // Damaged checkpoints newer than the one resumed are kept aside (renamed) once a usable one is
-  // found; with none usable, nothing is renamed and the run stops.
-  std::vector<std::pair<std::string, std::string>> damaged;  // prefix, what is wrong
   for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
     const std::string prefix = checkpoint_prefix(dir, *it);
     CheckpointData data;

@@ -65,6 +65,13 @@ std::vector<IdentityDifference> differences(const RunIdentity& saved, const RunI
 // (`origin` names the checkpoint in errors).
 const ModelDef& run_model(const RunIdentity& run, const std::string& origin);
 
+// A state file that is valid JSON but does not fit the schema: written by another tool (or by
+// hand), not damage. The message names the file and the key.
+class ForeignStateError : public Error {
+ public:
+  using Error::Error;
+};
+
 // A checkpoint of a training run: its tensors and its validated state.
 struct TrainingCheckpoint {
   CheckpointData data;
@@ -77,7 +84,7 @@ void save_training_checkpoint(const std::string& dir, const TrainingState& state
                               int keep_last);
 
 // Loads a checkpoint and validates its state; a tower::Error names the file and what is wrong
-// (a damaged file, a tensor failing its checksum, a state key).
+// (a damaged file, a tensor failing its checksum), a ForeignStateError the state key.
 TrainingCheckpoint load_training_checkpoint(const std::string& prefix);
 
 // The checkpoint a run resumes from in `dir`, or nothing when there is none:

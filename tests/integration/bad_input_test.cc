@@ -84,6 +84,18 @@ TEST_F(BadInputTest, AStateFileWithoutItsKeysNamesTheFileTheKeyAndTheOlderCheckp
   EXPECT_EQ(typed.exit_code, 1) << typed.output;
   EXPECT_TRUE(contains(typed.output, "key 'position.step' is \"seven\" (expected a whole number)"))
       << typed.output;
+
+  // Hostile files get the same named answer: absurd numbers, deep nesting, a huge index entry.
+  json["position"]["step"] = 1e300;
+  write_file(state, json.dump());
+  auto huge = run_tower(train_flags(dirs / "run", 15));
+  EXPECT_EQ(huge.exit_code, 1) << huge.output;
+  EXPECT_TRUE(contains(huge.output, "key 'position.step' is 1e+300")) << huge.output;
+  write_file(state, std::string(100000, '[') + std::string(100000, ']'));
+  auto deep = run_tower(train_flags(dirs / "run", 15));
+  EXPECT_EQ(deep.exit_code, 1) << deep.output;
+  EXPECT_TRUE(contains(deep.output, state + "': the file is not a JSON object")) << deep.output;
+  EXPECT_FALSE(contains(huge.output + deep.output, "unexpected")) << huge.output << deep.output;
 }
 
 // Every checkpoint damaged: no fallback, so nothing is renamed, and the run stops.

@@ -159,6 +159,10 @@ TEST(CheckpointTest, LatestFallsBackToScanning) {
   EXPECT_EQ(*checkpoint_latest(dir.path()), dir / "model.ckpt-7");
   write_text(dir / "checkpoint", "model_checkpoint_path: \"model.ckpt-99\"\n");  // gone
   EXPECT_EQ(*checkpoint_latest(dir.path()), dir / "model.ckpt-7");
+  // A hostile index (a name longer than any file system allows) is an unreadable one.
+  write_text(dir / "checkpoint", "model_checkpoint_path: \"" + std::string(100000, 'x') + "\"\n");
+  EXPECT_EQ(*checkpoint_latest(dir.path()), dir / "model.ckpt-7");
+  EXPECT_FALSE(checkpoint_indexed(dir.path()));
   write_text(dir / "checkpoint", "model_checkpoint_path: \"model.ckpt-5\"\n");
   EXPECT_EQ(*checkpoint_latest(dir.path()), dir / "model.ckpt-5");
   fs::remove(dir / "model.ckpt-7.json");  // incomplete ones do not count

@@ -52,6 +52,8 @@ std::optional<std::string> read_index(const std::string& dir) {
     size_t open = rest.find('"'), close = rest.rfind('"');
     if (open == std::string_view::npos || close <= open + 1) return std::nullopt;
     fs::path named(std::string(rest.substr(open + 1, close - open - 1)));
+    // A name no file system holds is an unreadable index, not a path to look up.
+    if (named.native().size() > 4096 || named.filename().native().size() > 255) return std::nullopt;
     return named.is_absolute() ? named.string() : (fs::path(dir) / named).string();
   }
   return std::nullopt;

@@ -129,6 +129,18 @@ TEST_F(MpiTest, TwoAndThreeRanksMatchOneProcessWithTheSameGlobalBatch) {
   }
 }
 
+// Warnings that are the same on every rank (a warm-up clamped to a short run) come from rank 0
+// only, once.
+TEST_F(MpiTest, WarningsThatEveryRankWouldGiveComeOnce) {
+  TmpDir dirs;
+  auto r = run_command(
+      ranks_command(2, train_flags(dirs / "run", 1, 4) + " --lr_schedule cosine:warmup_steps=50"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const size_t first = r.output.find("warning: --lr_schedule");
+  EXPECT_NE(first, std::string::npos) << r.output;
+  EXPECT_EQ(first, r.output.rfind("warning: --lr_schedule")) << r.output;
+}
+
 TEST_F(MpiTest, KillingOneRankEndsTheJobAndResumingIsBitwiseIdentical) {
   TmpDir dirs;
   const int steps = 120;

@@ -82,9 +82,8 @@ TEST(LrScheduleTest, CosineWithWarmup) {
   EXPECT_NEAR(t->lr(70), 0.55, 1e-7);  // 0.1 + 0.9 * 0.5
   EXPECT_NEAR(t->lr(120), 0.1, 1e-7);
   // A warm-up longer than the run is clamped to half of it (with a warning), never an error.
-  ::testing::internal::CaptureStderr();
-  auto clamped = parse("cosine:warmup_steps=50", 1.0f, 10, 5);
-  const std::string warning = ::testing::internal::GetCapturedStderr();
+  std::string warning;
+  auto clamped = parse_lr_schedule("cosine:warmup_steps=50", 1.0f, 10, 5, &warning);
   EXPECT_NE(warning.find("warm-up of 50 steps is longer than the run (5 steps): warming up for 2"),
             std::string::npos)
       << warning;

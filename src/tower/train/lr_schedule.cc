@@ -231,7 +231,8 @@ std::string scale_piecewise_values(const std::string& spec, double factor) {
 }
 
 std::unique_ptr<LrSchedule> parse_lr_schedule(const std::string& spec, float initial_lr,
-                                              int64_t steps_per_epoch, int64_t total_steps) {
+                                              int64_t steps_per_epoch, int64_t total_steps,
+                                              std::string* warning) {
   const std::string name = spec.substr(0, spec.find(':'));
   if (name != "constant" && name != "exponential" && name != "piecewise" && name != "cosine")
     fail("--lr_schedule '{}': unknown schedule '{}'; expected {}", spec, name, kExpected);
@@ -278,11 +279,11 @@ std::unique_ptr<LrSchedule> parse_lr_schedule(const std::string& spec, float ini
     if (start < 0) p.error("warmup_start must be >= 0, got {}", start);
     if (alpha < 0 || alpha > 1) p.error("alpha must be in [0, 1], got {}", alpha);
     if (warmup >= total_steps) {  // a recipe's warm-up on a short run: clamp it, never fail
-      std::fprintf(stderr,
-                   "warning: --lr_schedule '%s': the warm-up of %lld steps is longer than the run "
-                   "(%lld steps): warming up for %lld\n",
-                   spec.c_str(), static_cast<long long>(warmup),
-                   static_cast<long long>(total_steps), static_cast<long long>(total_steps / 2));
+      if (warning)
+        *warning = fmt::format(
+            "--lr_schedule '{}': the warm-up of {} steps is longer than the run ({} steps): "
+            "warming up for {}",
+            spec, warmup, total_steps, total_steps / 2);
       warmup = total_steps / 2;
     }
     return std::make_unique<Cosine>(lr, warmup, start, alpha, total_steps);

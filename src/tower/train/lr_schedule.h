@@ -34,8 +34,11 @@ class LrSchedule {
 // whose values are absolute); other specs unchanged.
 std::string scale_piecewise_values(const std::string& spec, double factor);
 
-// Throws tower::Error naming the spec and what was expected when it is malformed.
+// Throws tower::Error naming the spec and what was expected when it is malformed. A spec that is
+// adjusted to the run (a cosine warm-up longer than the run is clamped to half of it) says so in
+// `*warning` when given, for the caller to print once (rank 0).
 std::unique_ptr<LrSchedule> parse_lr_schedule(const std::string& spec, float initial_lr,
-                                              int64_t steps_per_epoch, int64_t total_steps);
+                                              int64_t steps_per_epoch, int64_t total_steps,
+                                              std::string* warning = nullptr);
 
 }  // namespace tower

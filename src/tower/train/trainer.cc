@@ -349,7 +349,10 @@ class Run {
     if (config_.log_device_placement && chief_)
       for (int t = 0; t < dp_->num_towers(); ++t)
         std::fputs(dp_->program(t).placement_log().c_str(), stderr);
-    schedule_ = parse_lr_schedule(config_.lr_schedule, config_.lr, steps_per_epoch_, total_steps_);
+    std::string warning;
+    schedule_ = parse_lr_schedule(config_.lr_schedule, config_.lr, steps_per_epoch_, total_steps_,
+                                  &warning);
+    if (chief_ && !warning.empty()) fmt::print(stderr, "warning: {}\n", warning);
     if (config_.ema_decay > 0) {
       ema_ = std::make_unique<ExponentialMovingAverage>(config_.ema_decay);
       std::vector<std::pair<std::string, const Tensor*>> vars;

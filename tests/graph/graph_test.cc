@@ -2,19 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include "testing/errors.h"
 #include "tower/graph/op_registry.h"
 
 namespace tower {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::error_of;
 
 TEST(GraphTest, NameScopesPrefixNodesButNotVariables) {
   Graph g;

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <functional>
 
+#include "testing/errors.h"
 #include "testing/tmp_dir.h"
 
 namespace tower {
@@ -26,14 +27,7 @@ void save(const TmpDir& dir, int64_t step, int keep_last = 0) {
   checkpoint_save(dir.path(), step, {{"w", &w}}, {{"step", step}}, keep_last);
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::error_of;
 
 TEST(CheckpointTest, RoundTrip) {
   TmpDir dir;

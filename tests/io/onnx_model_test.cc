@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "testing/errors.h"
 #include "testing/tmp_dir.h"
 #include "tower/core/error.h"
 
@@ -29,14 +30,7 @@ OnnxModel small_model() {
   return m;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::error_of;
 
 // What is written reads back through ONNX's protobuf types field for field.
 TEST(OnnxModelTest, RoundTrip) {

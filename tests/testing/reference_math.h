@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "testing/errors.h"
 #include "tower/core/tensor.h"
 #include "tower/runtime/program.h"
 
@@ -30,17 +31,6 @@ std::vector<Tensor> tensors(Ts&&... ts) {
   std::vector<Tensor> v;
   (v.push_back(std::forward<Ts>(ts)), ...);
   return v;
-}
-
-// The message of the tower::Error that f() throws, or "" when it throws none.
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 inline std::vector<double> to_double(const Tensor& t) {

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
+#include "program_flags.h"
 #include "tower/core/philox.h"
 #include "tower/models/model.h"
 #include "tower/models/model_file.h"
@@ -23,14 +24,14 @@ namespace tower::cli {
 namespace {
 
 struct Flags {
-  std::string model = "cifar10", mode = "train", strategy = "allreduce", devices,
-              precision = "fp32", model_file, train_dir;
+  std::string model = "cifar10", mode = "train", strategy = "allreduce", devices, model_file,
+              train_dir;
   int64_t batch_size = 0;         // per tower, as in train
   int64_t global_batch_size = 0;  // all towers and ranks; neither flag: 128
   int64_t micro_batch_size = 0;
   int threads = 0, num_devices = 1, steps = 10, windows = 5;
   double bucket_mb = 25;
-  bool deterministic = true;
+  ProgramFlags program;
   bool profile = false;
 };
 
@@ -187,8 +188,7 @@ void run_bench(Flags flags) {
     options.strategy = parse_strategy(flags.strategy);
     options.seed = 1;
     options.comm = &comm;
-    options.deterministic = flags.deterministic;
-    options.precision = parse_precision(flags.precision);
+    options.program = program_options(flags.program);
     options.bucket_bytes = static_cast<size_t>(flags.bucket_mb * (1 << 20));
     options.micro_batch = flags.micro_batch_size;
     // The towers and optimizers of `tower train` (plain SGD), on synthetic data.
@@ -239,9 +239,10 @@ void run_bench(Flags flags) {
     const Device device = plan.devices[0];
     VariableStore device_vars(device);
     device_vars.copy_from(vars);
-    ProgramOptions program_options{device, cores};
-    program_options.precision = parse_precision(flags.precision);
-    Program program(graph, {out.logits}, device_vars, program_options);
+    ProgramOptions options = program_options(flags.program);
+    options.device = device;
+    options.num_threads = cores;
+    Program program(graph, {out.logits}, device_vars, options);
     program.input(x).copy_from(images);
     seconds = median_seconds_per_step(flags, [&] { program.run(); });
     if (flags.profile) print_profile(flags, program, [&] { program.run(); });
@@ -257,7 +258,7 @@ void run_bench(Flags flags) {
       {"batch_size", flags.global_batch_size / (towers * ranks)},
       {"micro_batch_size", flags.micro_batch_size},
       {"threads", cores},
-      {"precision", flags.precision},
+      {"precision", flags.program.precision},
       {"num_devices", flags.num_devices},
       {"devices", flags.devices.empty() ? "cpu" : flags.devices},
       {"images_per_sec", static_cast<double>(flags.global_batch_size) / seconds},
@@ -298,14 +299,10 @@ CommandRegistrar registrar{
            ->check(positive);
        app.add_option("--devices", flags.devices,
                       "Devices instead of CPU towers, e.g. cuda:0 or cuda:0,cuda:1");
-       app.add_option("--precision", flags.precision, "fp32 | bf16 (as tower train)")
-           ->capture_default_str();
+       add_program_flags(app, flags.program);
        app.add_option("--strategy", flags.strategy, "allreduce | central")->capture_default_str();
        app.add_flag("--profile", flags.profile,
                     "Then time every kernel: a table of ms per op type on stderr");
-       app.add_flag("--deterministic,!--no-deterministic", flags.deterministic,
-                    "Only bitwise-repeatable kernels (off lets cuDNN pick faster ones)")
-           ->capture_default_str();
        app.add_option("--steps", flags.steps, "Steps per timed window")
            ->capture_default_str()
            ->check(positive);

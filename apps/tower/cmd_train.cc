@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include "command.h"
+#include "program_flags.h"
 #include "tower/models/model.h"
 #include "tower/models/model_file.h"
 #include "tower/parallel/gradient_reducer.h"
@@ -13,7 +14,8 @@ namespace {
 
 struct Flags {
   TrainConfig config;
-  std::string devices, strategy = "allreduce", precision = "fp32", model_file;
+  std::string devices, strategy = "allreduce", model_file;
+  ProgramFlags program;
   int num_gpus = 0;
   CLI::App* app = nullptr;
 };
@@ -76,7 +78,7 @@ void run_train(Flags& flags) {
   if (flags.app->count("--batch_size") > 0 && flags.app->count("--global_batch_size") > 0)
     fail("--batch_size (per tower) and --global_batch_size (per step) exclude each other");
   config.strategy = parse_strategy(flags.strategy);
-  config.precision = parse_precision(flags.precision);
+  config.program = program_options(flags.program);
   TrainResult result = train(config);
   if (result.interrupted) exit_code() = 130;  // stopped by a signal, after its checkpoint
   if (world().rank() != 0) return;
@@ -127,16 +129,9 @@ CommandRegistrar registrar{
            ->check(positive);
        app.add_flag("--allow_soft_placement", c.allow_soft_placement,
                     "Place towers of missing GPUs on CPU devices instead of failing");
-       app.add_flag(
-              "--deterministic,!--no-deterministic", c.deterministic,
-              "Only bitwise-repeatable kernels (on by default; off lets cuDNN pick faster ones)")
-           ->capture_default_str();
        app.add_flag("--log_device_placement", c.log_device_placement,
                     "Print where every node runs");
-       app.add_option("--precision", flags.precision,
-                      "fp32 | bf16 (convolutions and matmuls multiply bf16 copies; weights, "
-                      "optimizer, loss and checkpoints stay f32)")
-           ->capture_default_str();
+       add_program_flags(app, flags.program);
        app.add_option("--strategy", flags.strategy, "allreduce | central")->capture_default_str();
        app.add_option("--bucket_mb", c.bucket_mb, "All-reduce bucket size in MB")
            ->capture_default_str()

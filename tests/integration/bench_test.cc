@@ -1,6 +1,6 @@
-// `tower bench` in contended mode: TOWER_CONTENTION=on|off picks the mode of a 2-thread team, and
-// the JSON line says how many steps ran in it (ProgramOptions::contention); another value is an
-// error that names it.
+// `tower bench` in contended mode: --contention on|off (or TOWER_CONTENTION) picks the mode of a
+// 2-thread team, and the JSON line says how many steps ran in it (ProgramOptions::contention);
+// another value is an error that names it.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -13,14 +13,14 @@ using testing::run_command;
 using testing::tower_binary;
 
 nlohmann::json bench(const std::string& contention, const std::string& mode) {
-  const auto r = run_command("TOWER_CONTENTION=" + contention + " " + tower_binary() +
-                             " bench --model lenet --mode " + mode +
-                             " --threads 2 --batch_size 64 --steps 2 --windows 1");
+  const auto r =
+      run_command(tower_binary() + " bench --model lenet --mode " + mode + " --contention " +
+                  contention + " --threads 2 --batch_size 64 --steps 2 --windows 1");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   return nlohmann::json::parse(r.output.substr(r.output.rfind("{\"")));
 }
 
-TEST(BenchCliTest, ContentionVariableTurnsContendedModeOnAndOff) {
+TEST(BenchCliTest, ContentionFlagTurnsContendedModeOnAndOff) {
   for (const std::string mode : {"train", "infer"}) {
     const nlohmann::json on = bench("on", mode), off = bench("off", mode);
     EXPECT_GE(on.at("contended_runs").get<int>(), 3) << mode << ": warm-up and the timed steps";
@@ -36,6 +36,10 @@ TEST(BenchCliTest, UnknownContentionValueIsOneClearError) {
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("TOWER_CONTENTION=yes: expected on, off or auto"), std::string::npos)
       << r.output;
+  const auto flag = run_command(tower_binary() + " bench --model lenet --contention maybe");
+  EXPECT_EQ(flag.exit_code, 1) << flag.output;
+  EXPECT_NE(flag.output.find("--contention maybe: expected on, off or auto"), std::string::npos)
+      << flag.output;
 }
 
 // One meaning of --batch_size across sub-commands: per tower, as in train; the whole step's is

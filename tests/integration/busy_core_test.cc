@@ -21,7 +21,7 @@ using testing::run_tower;
 using testing::TmpDir;
 
 // 30 steps of `model_flags` on `towers` towers of 2 / towers threads: team mode
-// (TOWER_CONTENTION=off) on a quiet machine, the automatic choice with a busy loop on CPU 1, and
+// (--contention off) on a quiet machine, the automatic choice with a busy loop on CPU 1, and
 // contended mode throughout; the three checkpoints must be equal bit for bit. A team of two runs
 // 64 rows (its kernels cut them into 4 chunks of 16: with fewer, AVX2's old whole-team matmul
 // did not split its sum and the bug hid); towers of one thread run 16 rows each.
@@ -32,19 +32,19 @@ void expect_load_changes_no_bit(const std::string& model_flags, int towers) {
   for (const char* mode : {"quiet", "busy", "contended"}) {
     SCOPED_TRACE(mode);
     const std::string dir = dirs / mode;
-    const std::string env = std::strcmp(mode, "quiet") == 0       ? "TOWER_CONTENTION=off "
-                            : std::strcmp(mode, "contended") == 0 ? "TOWER_CONTENTION=on "
-                                                                  : "";
+    const std::string contention = std::strcmp(mode, "quiet") == 0       ? " --contention off"
+                                   : std::strcmp(mode, "contended") == 0 ? " --contention on"
+                                                                         : "";
     pid_t spinner = -1;
     if (std::strcmp(mode, "busy") == 0)
       spinner = testing::spawn_command(
           "taskset -c 1 sh -c 'while :; do :; done' || sh -c 'while :; do :; done'",
           dirs / "spinner.log");
-    auto r =
-        run_command(env + testing::tower_binary() + " train " + model_flags + " --num_devices " +
-                    std::to_string(towers) + " --batch_size " + (towers == 1 ? "64" : "16") +
-                    " --num_threads 2 --max_steps " + std::to_string(kSteps) +
-                    " --lr_schedule constant --log_every 10 --seed 5 --train_dir " + dir);
+    auto r = run_command(testing::tower_binary() + " train " + model_flags + contention +
+                         " --num_devices " + std::to_string(towers) + " --batch_size " +
+                         (towers == 1 ? "64" : "16") + " --num_threads 2 --max_steps " +
+                         std::to_string(kSteps) +
+                         " --lr_schedule constant --log_every 10 --seed 5 --train_dir " + dir);
     if (spinner > 0) {
       kill(spinner, SIGKILL);
       testing::wait_exit_code(spinner);

@@ -22,15 +22,15 @@ class TraceTest : public ::testing::Test {
   static void SetUpTestSuite() {
     // Team mode: in contended mode (on a loaded machine) a tower's thread also runs the other
     // tower's kernels, and the per-lane slice counts below would move between lanes.
-    setenv("TOWER_CONTENTION", "off", 1);
     dir_ = new TmpDir();
     auto data = run_tower("make-dataset --format cifar10 --out " + (*dir_ / "data") +
                           " --num_train 500 --num_test 100 --seed 4");
     ASSERT_EQ(data.exit_code, 0) << data.output;
-    auto r = run_tower("train --model cifar10 --data cifar10:" + (*dir_ / "data") +
-                       " --num_devices 2 --batch_size 8 --max_steps 5 --num_preprocess_threads 2"
-                       " --trace " +
-                       trace() + " --trace_steps 3 --train_dir " + (*dir_ / "run"));
+    auto r = run_tower(
+        "train --model cifar10 --data cifar10:" + (*dir_ / "data") +
+        " --num_devices 2 --batch_size 8 --max_steps 5 --num_preprocess_threads 2 --contention off"
+        " --trace " +
+        trace() + " --trace_steps 3 --train_dir " + (*dir_ / "run"));
     ASSERT_EQ(r.exit_code, 0) << r.output;
     output_ = new std::string(r.output);
   }

@@ -312,8 +312,9 @@ TEST(DataParallelTest, TowerGroupKeepsItsBitsInContendedMode) {
         options.devices.clear();
         for (int i = 0; i < c.towers; ++i) options.devices.push_back({DeviceKind::cpu, i});
         options.threads.assign(static_cast<size_t>(c.towers), 1);
-        options.precision = precision;
-        options.contention = on ? ProgramOptions::Contention::on : ProgramOptions::Contention::off;
+        options.program.precision = precision;
+        options.program.contention =
+            on ? ProgramOptions::Contention::on : ProgramOptions::Contention::off;
         DataParallel dp(c.example, c.batch, classifier(c.model), options);
         for (int step = 0; step < 3; ++step) {
           Problem p = make_problem(c.example, c.batch, 200 + static_cast<uint64_t>(step));

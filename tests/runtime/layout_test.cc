@@ -134,11 +134,6 @@ TEST(LayoutTest, FusionKeepsResultsAndRunsFewerKernels) {
   // (Conv2DBackpropFilter+BiasAddGrad).
   EXPECT_EQ(fused.fused_nodes, 7);
   EXPECT_EQ(fused.num_kernels, separate.num_kernels - 7);
-  setenv("TOWER_FUSION", "off", 1);
-  ProgramStats off;
-  run_chain(c, true, &off, true);
-  unsetenv("TOWER_FUSION");
-  EXPECT_EQ(off.fused_nodes, 0);
 }
 
 // MatMul -> BiasAdd -> Relu and MatMul -> BiasAdd fuse; a chain whose middle value is read
@@ -224,16 +219,6 @@ TEST(LayoutTest, LrnGradientTakesTheReluGradientAfterIt) {
       run_program(graph, fetches, variables, {Device{}, 2, true, false}, images, input, &separate),
       run_program(graph, fetches, variables, {Device{}, 2, true, true}, images, input, &fused));
   EXPECT_EQ(fused.fused_nodes, 1);
-}
-
-TEST(LayoutTest, EnvironmentVariableTurnsPropagationOff) {
-  ChainGraph c;
-  ProgramStats off, on;
-  run_chain(c, false, &off);
-  setenv("TOWER_LAYOUTS", "plain", 1);
-  run_chain(c, true, &on);
-  unsetenv("TOWER_LAYOUTS");
-  EXPECT_EQ(on.reorders, off.reorders);
 }
 
 // LRN reads and writes the convolutions' channel blocks (nChw16c with AVX-512) with no conversion

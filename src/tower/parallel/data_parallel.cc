@@ -163,10 +163,9 @@ void DataParallel::compile_towers(const DataParallelOptions& options) {
       t.device_vars->copy_from(*vars);
       vars = t.device_vars.get();
     }
-    ProgramOptions program_options{t.device, t.threads};
-    program_options.deterministic = options.deterministic;
-    program_options.precision = options.precision;
-    program_options.contention = options.contention;
+    ProgramOptions program_options = options.program;
+    program_options.device = t.device;
+    program_options.num_threads = t.threads;
     program_options.group = group;
     program_options.group_member = i;
     std::vector<Value> updates;

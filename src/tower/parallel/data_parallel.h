@@ -39,11 +39,11 @@ struct DataParallelOptions {
   // the host replicas before every step, and hands its gradients over through host buffers.
   // Always so for GPU towers; for CPU towers tests turn it on to check that path.
   bool stage_through_host = false;
-  bool deterministic = true;              // ProgramOptions::deterministic
-  Precision precision = Precision::fp32;  // ProgramOptions::precision
-  // ProgramOptions::contention. Two or more one-thread CPU towers without micro-batches share it
-  // as a ProgramGroup: in contended mode each tower's thread also takes the others' tasks.
-  ProgramOptions::Contention contention = ProgramOptions::Contention::automatic;
+  // How every tower's program is compiled and run (deterministic kernels, precision, contended
+  // mode, fusion, layouts); its device, threads and group are set per tower. Two or more
+  // one-thread CPU towers without micro-batches share contended mode as a ProgramGroup: in
+  // contended mode each tower's thread also takes the others' tasks.
+  ProgramOptions program;
   // > 0: the batch is cut into micro-batches of this many examples, each with its own forward and
   // backward pass, and their gradients are summed by one fixed tree over micro-batch indices
   // (tree_reducer.h), whatever tower or rank computes them: the same bits for any number of

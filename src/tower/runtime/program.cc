@@ -928,19 +928,6 @@ Program::Program(const Graph& graph, std::vector<Value> fetches, VariableStore& 
   Impl& m = *impl_;
   // The kernels are made for the team that will run them (oneDNN primitives keep the size).
   KernelThreadsScope threads(options.num_threads);
-  if (const char* env = std::getenv("TOWER_LAYOUTS"); env != nullptr && std::string(env) == "plain")
-    options.propagate_layouts = false;
-  if (const char* env = std::getenv("TOWER_FUSION"); env != nullptr && std::string(env) == "off")
-    options.fuse = false;
-  if (const char* env = std::getenv("TOWER_CONTENTION"); env != nullptr) {
-    // It replaces the automatic default; a program built with on or off keeps its mode.
-    const std::string mode = env;
-    if (mode != "on" && mode != "off" && mode != "auto")
-      fail("TOWER_CONTENTION={}: expected on, off or auto", mode);
-    if (options.contention == ProgramOptions::Contention::automatic && mode != "auto")
-      options.contention =
-          mode == "on" ? ProgramOptions::Contention::on : ProgramOptions::Contention::off;
-  }
   if (options.precision == Precision::bf16 && options.device.kind == DeviceKind::cuda) {
     for (const CudaDeviceInfo& gpu : cuda_devices())
       if (gpu.index == options.device.index && gpu.major < 8)

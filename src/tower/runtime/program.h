@@ -22,15 +22,14 @@ struct ProgramOptions {
   int num_threads = 1;  // the device's compute team
   // Keep values in the layout their producer wrote (oneDNN's blocked formats) while consumers
   // accept it, converting only where needed. Off: every value is plain between kernels, as in a
-  // kernel-by-kernel engine (for comparison; the environment variable TOWER_LAYOUTS=plain also
-  // turns it off).
+  // kernel-by-kernel engine (for comparison; --plain_layouts).
   bool propagate_layouts = true;
   // Run chains that one library primitive computes with post-ops as one kernel: Conv2D or MatMul
   // -> BiasAdd [-> Relu] where each value of the chain is read only by the next node and not
   // fetched ("Conv2D+BiasAdd+Relu"), on devices that have such a kernel; siblings that one
   // primitive computes together (Conv2DBackpropFilter+BiasAddGrad); and conversions that the
-  // producer can write itself (Kernel::write_output_as). Off (or the environment variable
-  // TOWER_FUSION=off): one kernel per node, for comparison.
+  // producer can write itself (Kernel::write_output_as). Off (--no_fusion): one kernel per node,
+  // for comparison.
   bool fuse = true;
   bool deterministic = true;              // KernelContext::deterministic
   Precision precision = Precision::fp32;  // KernelContext::precision
@@ -43,9 +42,8 @@ struct ProgramOptions {
   // more than two before it (in program order) is done, so the memory plan keeps a buffer for
   // two steps after its last reader, not to the end of the step. automatic: contended while the
   // team's threads waited for a core (their scheduler statistics) for 15% of the step's time or
-  // more in each of the last two steps, back to team mode after three steps under 5%. The
-  // environment variable TOWER_CONTENTION=on|off|auto replaces automatic (not an explicit on or
-  // off). Both modes give the same bits.
+  // more in each of the last two steps, back to team mode after three steps under 5%
+  // (--contention auto|on|off). Both modes give the same bits.
   enum class Contention { automatic, off, on };
   Contention contention = Contention::automatic;
   // One-thread CPU programs that run at the same time on threads of their own (a process's CPU

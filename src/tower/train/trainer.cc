@@ -151,8 +151,8 @@ std::vector<std::pair<std::string, std::string>> rank_fields(const TrainConfig& 
           {"--augmentation", c.augmentation},
           {"--seed", std::to_string(c.seed)},
           {"--resume_from", c.resume_from},
-          {"--deterministic", fmt::format("{}", c.deterministic)},
-          {"--precision", std::string(precision_name(c.precision))}};
+          {"--deterministic", fmt::format("{}", c.program.deterministic)},
+          {"--precision", std::string(precision_name(c.program.precision))}};
 }
 
 // One training run, as its stages: train() calls them in order.
@@ -340,8 +340,7 @@ class Run {
     options.strategy = config_.strategy;
     options.bucket_bytes = static_cast<size_t>(config_.bucket_mb * 1024 * 1024);
     options.seed = config_.seed;
-    options.deterministic = config_.deterministic;
-    options.precision = config_.precision;
+    options.program = config_.program;
     options.micro_batch = config_.micro_batch_size;
     towers_ = tower::build_towers(model_, pipeline_->image_shape(), local_batch_,
                                   train_set_->num_classes, options, config_.optimizer);
@@ -580,7 +579,7 @@ class Run {
     trace::Slice slice("hooks", "eval");
     if (!evaluator_)
       evaluator_ = std::make_unique<Evaluator>(config_.model, test_set_, transforms_.eval, 500,
-                                               plan_.cores, config_.precision);
+                                               plan_.cores, config_.program.precision);
     const double precision = evaluator_->evaluate([&](const std::string& name) -> const Tensor& {
       if (ema_ && ema_->has(name)) return ema_->shadow(name);
       return dp_->replica(0).get(name);

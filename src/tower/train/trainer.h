@@ -64,10 +64,12 @@ struct TrainConfig {
   std::string resume_from;    // a checkpoint prefix to resume from explicitly
   bool summaries = true;      // TensorBoard event files
   double comm_timeout = 300;  // seconds a rank waits for the others before the job stops
-  bool deterministic = true;  // bitwise-repeatable kernels only (matters on GPUs)
   std::string trace_file;     // a Chrome/Perfetto trace of the first trace_steps steps
   int64_t trace_steps = 10;
-  Precision precision = Precision::fp32;  // bf16: convolutions and matmuls multiply in bf16
+  // How the towers' programs compute: deterministic kernels (matters on GPUs), precision (bf16:
+  // convolutions and matmuls multiply in bf16), contended mode, fusion, layout propagation. The
+  // device and threads come from the device plan.
+  ProgramOptions program;
 
   // The model's recipe, every other field at its default.
   static TrainConfig for_model(const std::string& model);

@@ -1,6 +1,5 @@
 #include "tower/runtime/program.h"
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,81 +13,12 @@
 #include "tower/core/allocator.h"
 #include "tower/core/trace.h"
 #include "tower/kernels/kernel.h"
+#include "tower/runtime/contention.h"
+#include "tower/runtime/memory_plan.h"
 
 namespace tower {
 
-namespace {
-constexpr size_t kAlign = 64;
-size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
-
-// A block of the arena, alive over schedule positions [first, last].
-struct Block {
-  size_t bytes = 0;
-  int first = 0, last = 0;
-  size_t offset = 0;
-};
-
-// Greedy first-fit by liveness: blocks are placed in order of their first position at the lowest
-// offset that does not overlap any block alive at the same time. Returns the arena size.
-size_t plan_blocks(std::vector<Block*>& blocks) {
-  std::sort(blocks.begin(), blocks.end(), [](const Block* a, const Block* b) {
-    return a->first != b->first ? a->first < b->first : a->bytes > b->bytes;
-  });
-  std::vector<Block*> placed;
-  size_t arena = 0;
-  for (Block* b : blocks) {
-    std::vector<std::pair<size_t, size_t>> busy;  // [offset, end) of overlapping-in-time blocks
-    for (Block* p : placed)
-      if (p->first <= b->last && b->first <= p->last)
-        busy.push_back({p->offset, p->offset + p->bytes});
-    std::sort(busy.begin(), busy.end());
-    size_t offset = 0;
-    for (auto& [start, end] : busy) {
-      if (offset + b->bytes <= start) break;
-      offset = std::max(offset, end);
-    }
-    b->offset = offset;
-    arena = std::max(arena, offset + b->bytes);
-    placed.push_back(b);
-  }
-  return arena;
-}
-
-// The scheduler statistics of thread `tid` of this process, kept open: the nanoseconds it has
-// spent runnable but waiting for a core (their second field), 0 where the kernel does not say.
-class RunDelay {
- public:
-  explicit RunDelay(int tid)
-      : fd_(::open(fmt::format("/proc/self/task/{}/schedstat", tid).c_str(), O_RDONLY)) {}
-  ~RunDelay() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  RunDelay(const RunDelay&) = delete;
-  RunDelay& operator=(const RunDelay&) = delete;
-
-  int64_t nanoseconds() const {
-    char text[128];
-    const ssize_t n = fd_ < 0 ? -1 : ::pread(fd_, text, sizeof text - 1, 0);
-    if (n <= 0) return 0;
-    text[n] = 0;
-    char* end = nullptr;
-    std::strtoull(text, &end, 10);  // time on a core
-    return static_cast<int64_t>(std::strtoull(end, nullptr, 10));
-  }
-
- private:
-  int fd_;
-};
-
-// Automatic contention: into contended mode after 2 runs in a row whose threads waited for a core
-// 15% of the run's time or more (summed over the threads), out of it after 3 under 5%.
-void observe(int64_t waited_ns, double run_ns, bool& contended, int& streak) {
-  const double waited_fraction = static_cast<double>(waited_ns) / run_ns;
-  const bool other = contended ? waited_fraction < 0.05 : waited_fraction >= 0.15;
-  streak = other ? streak + 1 : 0;
-  if (streak >= (contended ? 3 : 2)) contended = !contended, streak = 0;
-}
-}  // namespace
+using Block = MemoryBlock;
 
 // A group's shared state. `finished` and `left` count over all rounds, so round r is done when
 // they reach size * (r + 1).
@@ -316,7 +246,7 @@ struct Program::Impl {
         double run_ns = 0;
         for (const auto& [w, r] : g.waits) waited_ns += w, run_ns += r;
         bool contended_next = g.contended.load(std::memory_order_relaxed);
-        observe(waited_ns, run_ns, contended_next, g.streak);
+        observe_contention(waited_ns, run_ns, contended_next, g.streak);
         g.contended.store(contended_next, std::memory_order_relaxed);
       }
     }
@@ -868,7 +798,7 @@ struct Program::Impl {
     }
     for (auto& b : scratch_blocks)
       if (b.bytes > 0) blocks.push_back(&b);
-    stats.arena_bytes = plan_blocks(blocks);
+    stats.arena_bytes = place_blocks(blocks);
     arena = Tensor(Shape{static_cast<int64_t>(std::max<size_t>(stats.arena_bytes, 1))}, DType::u8,
                    options.device);
     auto* base = static_cast<char*>(arena.raw_data());
@@ -1016,7 +946,8 @@ void Program::run(uint64_t step, const std::function<void(int)>& on_fetch_ready)
     m.run_steps(on_fetch_ready);
   }
   m.synchronize();
-  if (watch) observe(m.team_waited_ns() - waited, m.ns_since(start), m.contended, m.streak);
+  if (watch)
+    observe_contention(m.team_waited_ns() - waited, m.ns_since(start), m.contended, m.streak);
 }
 
 void Program::synchronize() const { impl_->synchronize(); }

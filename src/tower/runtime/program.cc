@@ -14,6 +14,7 @@
 #include "tower/core/trace.h"
 #include "tower/kernels/kernel.h"
 #include "tower/runtime/contention.h"
+#include "tower/runtime/fusion.h"
 #include "tower/runtime/memory_plan.h"
 
 namespace tower {
@@ -511,95 +512,15 @@ struct Program::Impl {
     return needed;
   }
 
-  // 1b. Fusion: chains that one kernel computes become one node, built in place of the chain's
-  // last node (all the chain's inputs exist by then: node ids are topological), when every value
-  // of the chain but the last is read only by the next node and not fetched, and the device has a
-  // kernel for the chain: Conv2D or MatMul -> BiasAdd [-> Relu] (bias and ReLU as post-ops),
-  // MaxPoolGrad or LRNGrad -> ReluGrad where the ReLU's output is what was pooled or normalized,
-  // and Mul by a scalar -> AddN of two (a weight decay term added to the weight's gradient).
-  // Siblings too: Conv2DBackpropFilter and BiasAddGrad of the same dy become one kernel with both
-  // outputs (oneDNN's weight gradient sums the bias gradient as it goes), built in place of the
-  // later of the two.
+  // 1b. Fusion (fusion.h): chains and siblings that one kernel computes become one node.
   void plan_fusion(const Graph& graph, const std::vector<char>& needed) {
     absorbed.assign(graph.nodes().size(), 0);
     if (!options.fuse) return;
-    std::map<std::pair<int, int>, std::vector<const Node*>> readers;
-    for (const auto& node : graph.nodes())
-      if (needed[static_cast<size_t>(node->id)])
-        for (const Value& in : node->inputs) readers[key(in)].push_back(node.get());
-    // The next node of a chain: the only reader of v, when v is not fetched.
-    auto next = [&](const Value& v) -> const Node* {
-      const auto& r = readers[key(v)];
-      const bool fetched =
-          std::any_of(fetches.begin(), fetches.end(), [&](const Value& f) { return f == v; });
-      return r.size() == 1 && !fetched ? r[0] : nullptr;
-    };
-    auto out = [](const Node* n) { return Value{const_cast<Node*>(n), 0}; };
-    for (const auto& node : graph.nodes()) {
-      const Node& first = *node;
-      if (!needed[static_cast<size_t>(first.id)] || first.outputs.empty() ||
-          first.outputs[0].shape.numel() == 0)
-        continue;
-      std::vector<const Node*> chain = {&first};
-      if (first.op == "Conv2D" || first.op == "MatMul") {
-        const Node* bias = next(out(&first));
-        if (bias == nullptr || bias->op != "BiasAdd" || first.inputs[0].shape().numel() == 0)
-          continue;
-        chain.push_back(bias);
-        const Node* relu = next(out(bias));
-        if (relu != nullptr && relu->op == "Relu") chain.push_back(relu);
-      } else if (first.op == "MaxPoolGrad" || first.op == "LRNGrad") {
-        const Node* relu_grad = next(out(&first));
-        if (relu_grad == nullptr || relu_grad->op != "ReluGrad" ||
-            relu_grad->inputs[1] != first.inputs[0])
-          continue;
-        chain.push_back(relu_grad);
-      } else if (first.op == "Mul" && first.inputs[1].shape().numel() == 1 &&
-                 first.inputs[0].shape() == first.outputs[0].shape) {
-        const Node* add = next(out(&first));  // a weight decay term added to a gradient
-        if (add == nullptr || add->op != "AddN" || add->inputs.size() != 2) continue;
-        chain.push_back(add);
-      } else {
-        continue;
-      }
-      auto fused_node = std::make_unique<Node>(*chain.back());
-      fused_node->op = first.op;
-      fused_node->inputs = first.inputs;
-      for (size_t i = 1; i < chain.size(); ++i) {
-        fused_node->op += "+" + chain[i]->op;
-        for (const Value& in : chain[i]->inputs)  // all but the value from the chain
-          if (in != out(chain[i - 1])) fused_node->inputs.push_back(in);
-      }
-      fused_node->attrs = first.attrs;
-      if (find_kernel(fused_node->op, options.device.kind) == nullptr) continue;
-      for (size_t i = 0; i + 1 < chain.size(); ++i) absorbed[static_cast<size_t>(chain[i]->id)] = 1;
-      stats.fused_nodes += static_cast<int>(chain.size()) - 1;
-      fused[fused_node->id] = std::move(fused_node);
-    }
-    for (const auto& node : graph.nodes()) {
-      const Node& bias = *node;
-      if (!needed[static_cast<size_t>(bias.id)] || bias.op != "BiasAddGrad" ||
-          bias.inputs[0].shape().rank() != 4 || absorbed[static_cast<size_t>(bias.id)])
-        continue;
-      const Value dy = bias.inputs[0];
-      const Node* filter = nullptr;
-      for (const Node* r : readers[key(dy)])
-        if (r->op == "Conv2DBackpropFilter" && r->inputs[1] == dy && !fused.count(r->id) &&
-            !absorbed[static_cast<size_t>(r->id)] && r->inputs[0].shape().numel() > 0)
-          filter = r;
-      if (filter == nullptr || fused.count(bias.id)) continue;
-      const Node& later = filter->id > bias.id ? *filter : bias;
-      auto fused_node = std::make_unique<Node>(later);
-      fused_node->op = "Conv2DBackpropFilter+BiasAddGrad";
-      fused_node->inputs = filter->inputs;
-      fused_node->attrs = filter->attrs;
-      fused_node->outputs = {filter->outputs[0], bias.outputs[0]};
-      if (find_kernel(fused_node->op, options.device.kind) == nullptr) continue;
-      absorbed[static_cast<size_t>(later.id == bias.id ? filter->id : bias.id)] = 1;
-      ++stats.fused_nodes;
-      fused_outputs[later.id] = {out(filter), out(&bias)};
-      fused[later.id] = std::move(fused_node);
-    }
+    FusionPlan plan = tower::plan_fusion(graph, needed, fetches, options.device.kind);
+    absorbed = std::move(plan.absorbed);
+    fused = std::move(plan.fused);
+    fused_outputs = std::move(plan.fused_outputs);
+    stats.fused_nodes += plan.fused_nodes;
   }
 
   // The value that output o of a kernel's node is (a sibling fusion's outputs are other nodes').

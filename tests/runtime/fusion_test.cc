@@ -1,0 +1,84 @@
+#include "tower/runtime/fusion.h"
+
+#include <gtest/gtest.h>
+
+#include "tower/ops/activation.h"
+#include "tower/ops/bias.h"
+#include "tower/ops/conv.h"
+#include "tower/ops/math.h"
+#include "tower/ops/matmul.h"
+
+namespace tower {
+namespace {
+
+std::vector<char> all_needed(const Graph& g) { return std::vector<char>(g.nodes().size(), 1); }
+
+std::vector<std::string> fused_ops(const FusionPlan& plan) {
+  std::vector<std::string> ops;
+  for (const auto& [id, node] : plan.fused) ops.push_back(node->op);
+  return ops;
+}
+
+// Conv2D -> BiasAdd -> Relu is one kernel, built in place of the Relu with the chain's other
+// inputs; the Conv2D and BiasAdd are absorbed.
+TEST(FusionTest, ConvBiasReluIsOneNode) {
+  Graph g;
+  Scope s(g);
+  Value x = s.placeholder("x", Shape{2, 3, 8, 8});
+  Value w = s.get_variable("w", Shape{4, 3, 3, 3}, Initializer::zeros());
+  Value b = s.get_variable("b", Shape{4}, Initializer::zeros());
+  Value conv = ops::conv2d(s, x, w);
+  Value bias = ops::bias_add(s, conv, b);
+  Value y = ops::relu(s, bias);
+  const FusionPlan plan = plan_fusion(g, all_needed(g), {y}, DeviceKind::cpu);
+  ASSERT_EQ(fused_ops(plan), (std::vector<std::string>{"Conv2D+BiasAdd+Relu"}));
+  const Node& fused = *plan.fused.at(y.node->id);
+  EXPECT_EQ(fused.inputs, (std::vector<Value>{x, w, b}));
+  EXPECT_TRUE(plan.absorbed[static_cast<size_t>(conv.node->id)]);
+  EXPECT_TRUE(plan.absorbed[static_cast<size_t>(bias.node->id)]);
+  EXPECT_FALSE(plan.absorbed[static_cast<size_t>(y.node->id)]);
+  EXPECT_EQ(plan.fused_nodes, 2);
+}
+
+// A value the chain would hide is fetched, or read by another node: the chain stops before it.
+TEST(FusionTest, AChainStopsAtAValueReadElsewhere) {
+  Graph g;
+  Scope s(g);
+  Value x = s.placeholder("x", Shape{4, 8});
+  Value w = s.get_variable("w", Shape{8, 5}, Initializer::zeros());
+  Value b = s.get_variable("b", Shape{5}, Initializer::zeros());
+  Value mm = ops::matmul(s, x, w);
+  Value bias = ops::bias_add(s, mm, b);
+  Value y = ops::relu(s, bias);
+  const FusionPlan fetched = plan_fusion(g, all_needed(g), {y, bias}, DeviceKind::cpu);
+  EXPECT_EQ(fused_ops(fetched), (std::vector<std::string>{"MatMul+BiasAdd"}));
+  Value other = ops::tanh(s, mm);  // a second reader of the MatMul's output
+  const FusionPlan shared = plan_fusion(g, all_needed(g), {y, other}, DeviceKind::cpu);
+  EXPECT_TRUE(shared.fused.empty());
+  EXPECT_EQ(shared.fused_nodes, 0);
+}
+
+// The filter and bias gradients of one dy are one kernel with two outputs, in place of the later
+// node; its outputs are the two nodes' values. A weight decay term (a scalar times the weight)
+// added to the gradient is one kernel too.
+TEST(FusionTest, SiblingGradientsAndWeightDecayFuse) {
+  Graph g;
+  Scope s(g);
+  Value x = s.placeholder("x", Shape{2, 3, 8, 8});
+  Value dy = s.placeholder("dy", Shape{2, 4, 8, 8});
+  Value w = s.get_variable("w", Shape{4, 3, 3, 3}, Initializer::zeros());
+  Value dw = ops::conv2d_backprop_filter(s, x, dy, Shape{4, 3, 3, 3}, {});
+  Value db = ops::bias_add_grad(s, dy);
+  Value decay = ops::mul(s, w, s.constant("wd", Shape{}, 1e-4f));
+  Value total = ops::add_n(s, {dw, decay});
+  const FusionPlan plan = plan_fusion(g, all_needed(g), {total, db}, DeviceKind::cpu);
+  ASSERT_EQ(plan.fused.size(), 2u);
+  EXPECT_EQ(plan.fused.at(total.node->id)->op, "Mul+AddN");
+  const int later = std::max(dw.node->id, db.node->id);
+  EXPECT_EQ(plan.fused.at(later)->op, "Conv2DBackpropFilter+BiasAddGrad");
+  EXPECT_EQ(plan.fused_outputs.at(later), (std::vector<Value>{dw, db}));
+  EXPECT_EQ(plan.fused_nodes, 2);
+}
+
+}  // namespace
+}  // namespace tower

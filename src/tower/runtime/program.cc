@@ -16,20 +16,20 @@
 #include "tower/runtime/contention.h"
 #include "tower/runtime/fusion.h"
 #include "tower/runtime/memory_plan.h"
+#include "tower/runtime/scheduler.h"
 
 namespace tower {
 
 using Block = MemoryBlock;
 
-// A group's shared state. `finished` and `left` count over all rounds, so round r is done when
-// they reach size * (r + 1).
+// A group's shared state. `tasks.finished` and `left` count over all rounds, so round r is done
+// when they reach size * (r + 1).
 struct ProgramGroup::State {
   explicit State(int size)
-      : programs(static_cast<size_t>(size)), waits(static_cast<size_t>(size)) {}
+      : programs(static_cast<size_t>(size)), tasks(size), waits(static_cast<size_t>(size)) {}
   std::vector<Program::Impl*> programs;  // by member
+  TaskGroup tasks;                       // the members' schedulers; programs done (both modes)
   ProgramOptions::Contention contention = ProgramOptions::Contention::automatic;
-  std::atomic<uint32_t> epoch{0};                 // bumped (and waited on) when there is new work
-  std::atomic<int64_t> finished{0};               // programs done
   std::atomic<int64_t> left{0};                   // runs returned (automatic contention)
   std::vector<std::pair<int64_t, double>> waits;  // per member: ns waited and ns run, last round
   std::atomic<bool> contended{false};             // the mode of the next round
@@ -41,10 +41,7 @@ ProgramGroup::ProgramGroup(int size) : state_(std::make_unique<State>(size)) {
 }
 ProgramGroup::~ProgramGroup() = default;
 
-struct Program::Impl {
-  // Contended mode runs a step only when every step more than kWindow - 1 before it is done.
-  static constexpr int kWindow = 3;
-
+struct Program::Impl : TaskRunner {
   // One buffer of a value: as its producer wrote it, or a copy converted into another layout.
   struct Buffer {
     Value value;
@@ -69,26 +66,6 @@ struct Program::Impl {
     int deferred_inputs = 0;            // inputs written by deferrable steps
     int tasks = 1;                      // Kernel::tasks()
   };
-  // A contended run's shared state (run_contended): the critical path's position, each step's
-  // tasks taken and done, and the deferrable steps that may run.
-  struct Contended {
-    std::atomic<int> cursor{0};  // the critical step whose tasks are taken now; steps.size(): done
-    std::unique_ptr<std::atomic<int>[]> taken, done;
-    std::atomic<uint32_t> epoch{0};  // bumped (and waited on) when there is new work (alone)
-    std::atomic<bool> failed{false};
-    std::atomic<int64_t> round{-1};  // in a group: the round this state is for, once set up
-    std::atomic<int> busy{0};        // members inside take()
-    bool counted = false;            // in a group: counted in State::finished (under the mutex)
-    std::mutex mutex;                // guards the rest
-    std::vector<int> waiting;        // per step: deferrable inputs not yet written
-    std::vector<char> reached;       // per step: the critical path has passed it
-    std::vector<char> finished;      // per step: done
-    std::atomic<int> prefix{0};      // the steps before it are all done (kWindow)
-    std::deque<int> ready;           // deferrable steps whose tasks may be taken
-    int deferred_left = 0;           // deferrable steps not finished
-    std::exception_ptr error;
-    const std::function<void(int)>* on_fetch_ready = nullptr;
-  };
   ProgramOptions options;
   void* stream = nullptr;  // a GPU's in-order queue for this program's kernels
   std::vector<Step> steps;
@@ -108,10 +85,11 @@ struct Program::Impl {
   std::map<int, std::vector<Value>> fused_outputs;
   bool profiling = false;
   std::string placement;
-  std::unique_ptr<Contended> shared;
-  bool contended = false;  // the mode of the next run
-  int streak = 0;          // runs in a row that asked for the other mode
-  int caller_tid = 0;      // the thread whose team team_delays are
+  std::unique_ptr<TaskScheduler> scheduler;                  // contended mode's, when it may run
+  const std::function<void(int)>* on_fetch_ready = nullptr;  // of the run under way
+  bool contended = false;                                    // the mode of the next run
+  int streak = 0;      // runs in a row that asked for the other mode
+  int caller_tid = 0;  // the thread whose team team_delays are
   std::vector<std::unique_ptr<RunDelay>> team_delays;
   ProgramGroup::State* group = nullptr;  // options.group's
   int64_t runs = 0;                      // in a group: the rounds so far
@@ -222,8 +200,9 @@ struct Program::Impl {
     const auto start = std::chrono::steady_clock::now();
     std::exception_ptr error;
     if (contendable && g.contended.load(std::memory_order_relaxed)) {
+      this->on_fetch_ready = &on_fetch_ready;
       try {
-        run_contended_in_group(on_fetch_ready, round);
+        scheduler->run_in_group(round);
       } catch (...) {
         error = std::current_exception();
       }
@@ -234,8 +213,8 @@ struct Program::Impl {
       } catch (...) {
         error = std::current_exception();
       }
-      g.finished.fetch_add(1, std::memory_order_acq_rel);
-      wake_all();
+      g.tasks.finished.fetch_add(1, std::memory_order_acq_rel);
+      g.tasks.wake_all();
     }
     if (watch) {
       g.waits[static_cast<size_t>(options.group_member)] = {team_waited_ns() - waited,
@@ -254,231 +233,19 @@ struct Program::Impl {
     if (error) std::rethrow_exception(error);
   }
 
-  // Contended mode (ProgramOptions::contention): every member of the team takes tasks (chunks of
-  // batch rows, or whole kernels) from the critical step, and when it has none left there, from the
-  // deferrable steps that may run; only with neither does it wait. A step's fetches are reported
-  // ready by the member that finished it.
-  void run_contended(const std::function<void(int)>& on_fetch_ready) {
-    set_up_contended(on_fetch_ready);
-    run_on_team(options.num_threads, [&](int member) { work(member); });
-    rethrow_contended();
+  // The scheduler's work (TaskRunner): a task of a step's kernel, then the step finished and its
+  // fetches reported ready, by the member that ran its last task.
+  void run_task(int step, int task, int member) override {
+    Step& s = steps[static_cast<size_t>(step)];
+    traced(s, [&] { s.kernel->run_task(s.io, task, member); });
   }
-
-  // In a group (ProgramGroup): this program's thread takes tasks of every program of the round
-  // until all are done.
-  void run_contended_in_group(const std::function<void(int)>& on_fetch_ready, int64_t round) {
-    set_up_contended(on_fetch_ready);
-    shared->round.store(round, std::memory_order_release);
-    wake_all();
-    work_in_group(options.group_member, round);
-    rethrow_contended();
+  void finish_step(int step) override {
+    Step& s = steps[static_cast<size_t>(step)];
+    s.kernel->finish_tasks(s.io);
   }
-
-  void set_up_contended(const std::function<void(int)>& on_fetch_ready) {
-    Contended& c = *shared;
-    c.on_fetch_ready = &on_fetch_ready;
-    c.failed = false;
-    c.deferred_left = stats.deferrable;
-    for (size_t p = 0; p < steps.size(); ++p) {
-      c.taken[p] = 0;
-      c.done[p] = 0;
-      c.waiting[p] = steps[p].deferred_inputs;
-      c.reached[p] = 0;
-      c.finished[p] = 0;
-    }
-    c.prefix = 0;
-    c.ready.clear();
-    std::lock_guard<std::mutex> lock(c.mutex);
-    c.counted = false;
-    advance(-1);
-    count_if_done();
-  }
-
-  void rethrow_contended() {
-    Contended& c = *shared;
-    if (c.error) {
-      std::exception_ptr error;
-      std::swap(error, c.error);
-      std::rethrow_exception(error);
-    }
-  }
-
-  // One member's part of a contended run.
-  void work(int member) {
-    Contended& c = *shared;
-    if (member > 0 && trace::active()) trace::name_thread(fmt::format("team member {}", member));
-    for (;;) {
-      const uint32_t epoch = c.epoch.load(std::memory_order_acquire);
-      if (c.failed.load(std::memory_order_acquire)) return;
-      if (take_critical(member) || take_deferred(member)) continue;
-      {
-        std::lock_guard<std::mutex> lock(c.mutex);
-        if (all_run()) return;
-      }
-      wait_for_work(c.epoch, epoch);
-    }
-  }
-
-  // A group member's part of a contended round: its own program's critical step first, then the
-  // others' (of this round), then deferrable steps, its own first.
-  void work_in_group(int member, int64_t round) {
-    ProgramGroup::State& g = *group;
-    const int64_t all_done = static_cast<int64_t>(g.programs.size()) * (round + 1);
-    auto take_from_others = [&](bool critical) {
-      for (Impl* other : g.programs)
-        if (other != nullptr && other != this &&
-            other->shared->round.load(std::memory_order_acquire) == round &&
-            (critical ? other->take_critical(member) : other->take_deferred(member)))
-          return true;
-      return false;
-    };
-    for (;;) {
-      const uint32_t epoch = g.epoch.load(std::memory_order_acquire);
-      if (take_critical(member) || take_from_others(true) || take_deferred(member) ||
-          take_from_others(false))
-        continue;
-      if (g.finished.load(std::memory_order_acquire) >= all_done) return;
-      wait_for_work(g.epoch, epoch);
-    }
-  }
-
-  // A short spin, then sleep until another member makes work.
-  static void wait_for_work(std::atomic<uint32_t>& epoch, uint32_t seen) {
-    for (int i = 0; i < 2000; ++i) {
-      __builtin_ia32_pause();
-      if (epoch.load(std::memory_order_acquire) != seen) return;
-    }
-    epoch.wait(seen, std::memory_order_acquire);
-  }
-
-  // Runs a task of the critical step if one is left.
-  bool take_critical(int member) {
-    Contended& c = *shared;
-    if (c.failed.load(std::memory_order_acquire)) return false;
-    const int p = c.cursor.load(std::memory_order_acquire);
-    return p < static_cast<int>(steps.size()) && in_window(p) && take(p, member);
-  }
-
-  // Runs a task of a deferrable step that may run, if one is left.
-  bool take_deferred(int member) {
-    Contended& c = *shared;
-    if (c.failed.load(std::memory_order_acquire)) return false;
-    int d = -1;
-    {
-      std::lock_guard<std::mutex> lock(c.mutex);
-      while (!c.ready.empty() && c.taken[static_cast<size_t>(c.ready.front())].load() >=
-                                     steps[static_cast<size_t>(c.ready.front())].tasks)
-        c.ready.pop_front();
-      for (size_t i = 0; i < c.ready.size() && d < 0; ++i) {
-        const int q = c.ready[i];
-        if (in_window(q) &&
-            c.taken[static_cast<size_t>(q)].load() < steps[static_cast<size_t>(q)].tasks)
-          d = q;
-      }
-    }
-    if (d < 0) return false;
-    take(d, member);
-    return true;
-  }
-
-  // Runs a task of step p if one is left (see run_task_of). In a group, the last member to leave
-  // a program that is done counts it done, so that its run() returns only when nobody is still
-  // inside its steps or its fetch callbacks.
-  bool take(int p, int member) {
-    Contended& c = *shared;
-    c.busy.fetch_add(1, std::memory_order_acq_rel);
-    const bool took = run_task_of(p, member);
-    if (c.busy.fetch_sub(1, std::memory_order_acq_rel) == 1 && group != nullptr) {
-      bool counted = false;
-      {
-        std::lock_guard<std::mutex> lock(c.mutex);
-        counted = count_if_done();
-      }
-      if (counted) wake_all();
-    }
-    return took;
-  }
-
-  // Runs a task of step p if one is left. The member that finishes the last one finishes the step,
-  // wakes the others to the work it made ready, then reports the step's fetches ready.
-  bool run_task_of(int p, int member) {
-    Contended& c = *shared;
-    Step& s = steps[static_cast<size_t>(p)];
-    const int task = c.taken[static_cast<size_t>(p)].fetch_add(1, std::memory_order_acq_rel);
-    if (task >= s.tasks) return false;
-    try {
-      traced(s, [&] { s.kernel->run_task(s.io, task, member); });
-      if (c.done[static_cast<size_t>(p)].fetch_add(1, std::memory_order_acq_rel) + 1 < s.tasks)
-        return true;
-      s.kernel->finish_tasks(s.io);
-      {
-        std::lock_guard<std::mutex> lock(c.mutex);
-        c.finished[static_cast<size_t>(p)] = 1;
-        int prefix = c.prefix.load(std::memory_order_relaxed);
-        while (prefix < static_cast<int>(steps.size()) && c.finished[static_cast<size_t>(prefix)])
-          ++prefix;
-        c.prefix.store(prefix, std::memory_order_release);
-        if (s.deferrable) {
-          --c.deferred_left;
-          for (int r : s.deferred_readers)
-            if (--c.waiting[static_cast<size_t>(r)] == 0 && c.reached[static_cast<size_t>(r)])
-              c.ready.push_back(r);
-        } else {
-          advance(p);
-        }
-      }
-      wake_all();
-      if (*c.on_fetch_ready)
-        for (int f : s.ready_fetches) (*c.on_fetch_ready)(f);
-    } catch (...) {
-      {
-        std::lock_guard<std::mutex> lock(c.mutex);
-        if (!c.error) c.error = std::current_exception();
-        c.failed = true;
-      }
-      wake_all();
-    }
-    return true;
-  }
-
-  // Step p may start: every step more than kWindow - 1 before it is done, so that the memory plan
-  // may give a buffer read by step r to steps from r + kWindow on (plan_memory).
-  bool in_window(int p) const {
-    return p < shared->prefix.load(std::memory_order_acquire) + kWindow;
-  }
-
-  // With the mutex held: in a group, counts this program done for the round once every step has
-  // run (or one failed) and no member is inside a task; true when it counted it now.
-  bool count_if_done() {
-    Contended& c = *shared;
-    if (group == nullptr || c.counted || c.busy.load(std::memory_order_acquire) != 0) return false;
-    if (!c.failed && !all_run()) return false;
-    c.counted = true;
-    group->finished.fetch_add(1, std::memory_order_acq_rel);
-    return true;
-  }
-
-  // With the mutex held: every step of the run is done.
-  bool all_run() const {
-    return shared->cursor.load() >= static_cast<int>(steps.size()) && shared->deferred_left == 0;
-  }
-
-  void wake_all() {
-    std::atomic<uint32_t>& epoch = group != nullptr ? group->epoch : shared->epoch;
-    epoch.fetch_add(1, std::memory_order_acq_rel);
-    epoch.notify_all();
-  }
-
-  // With the mutex held, after critical step p (-1: at the start): the deferrable steps up to the
-  // next critical one are reached, and may run once their inputs are written.
-  void advance(int p) {
-    Contended& c = *shared;
-    int q = p + 1;
-    for (; q < static_cast<int>(steps.size()) && steps[static_cast<size_t>(q)].deferrable; ++q) {
-      c.reached[static_cast<size_t>(q)] = 1;
-      if (c.waiting[static_cast<size_t>(q)] == 0) c.ready.push_back(q);
-    }
-    c.cursor.store(q, std::memory_order_release);
+  void step_done(int step) override {
+    if (on_fetch_ready != nullptr && *on_fetch_ready)
+      for (int f : steps[static_cast<size_t>(step)].ready_fetches) (*on_fetch_ready)(f);
   }
 
   // The nanoseconds that the calling thread's team has waited for a core so far.
@@ -690,7 +457,7 @@ struct Program::Impl {
   // placed in one arena.
   void plan_memory() {
     const int end = static_cast<int>(steps.size());
-    const int window = contendable_plan() ? kWindow : 1;
+    const int window = contendable_plan() ? TaskScheduler::kWindow : 1;
     scratch_blocks.assign(steps.size(), Block{});
     for (int p = 0; p < end; ++p) {
       const Step& step = steps[static_cast<size_t>(p)];
@@ -820,12 +587,11 @@ Program::Program(const Graph& graph, std::vector<Value> fetches, VariableStore& 
   m.plan_memory();
   m.bind_kernels();
   if (m.contendable_plan()) {
-    m.shared = std::make_unique<Impl::Contended>();
-    m.shared->taken = std::make_unique<std::atomic<int>[]>(m.steps.size());
-    m.shared->done = std::make_unique<std::atomic<int>[]>(m.steps.size());
-    m.shared->waiting.resize(m.steps.size());
-    m.shared->reached.resize(m.steps.size());
-    m.shared->finished.resize(m.steps.size());
+    std::vector<TaskStep> tasks;
+    for (const Impl::Step& s : m.steps)
+      tasks.push_back({s.tasks, s.deferrable, s.deferred_readers, s.deferred_inputs});
+    m.scheduler = std::make_unique<TaskScheduler>(
+        std::move(tasks), m, m.group != nullptr ? &m.group->tasks : nullptr, options.group_member);
   }
 }
 
@@ -855,13 +621,14 @@ void Program::run(uint64_t step, const std::function<void(int)>& on_fetch_ready)
   if (on_fetch_ready)
     for (int f : m.source_fetches) on_fetch_ready(f);
   for (Impl::Step& s : m.steps) s.io.step = step;
-  const bool contendable = m.shared != nullptr && !m.profiling;
+  const bool contendable = m.scheduler != nullptr && !m.profiling;
   if (m.group != nullptr) return m.run_in_group(on_fetch_ready, contendable);
   const bool watch = contendable && m.options.contention == ProgramOptions::Contention::automatic;
   const int64_t waited = watch ? m.team_waited_ns() : 0;
   const auto start = std::chrono::steady_clock::now();
   if (contendable && m.contended) {
-    m.run_contended(on_fetch_ready);
+    m.on_fetch_ready = &on_fetch_ready;
+    m.scheduler->run(m.options.num_threads);
     ++m.stats.contended_runs;
   } else {
     m.run_steps(on_fetch_ready);

@@ -120,6 +120,9 @@ int tower::cli_main(int argc, char** argv) {
     command.setup(*sub);
   }
   try {
+    // The kernels of a smaller CPU (README: same bits); the library itself reads no TOWER_*.
+    if (const char* isa = std::getenv("TOWER_MAX_CPU_ISA"); isa != nullptr && *isa != '\0')
+      tower::set_max_cpu_isa(tower::parse_cpu_isa(isa, "TOWER_MAX_CPU_ISA"));
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     int code = app.exit(e);

@@ -1,7 +1,7 @@
 // The real `tower` binary on a quiet machine and with another process spinning on a core: the
 // team's automatic switch to contended mode must not change a bit of the checkpoint (issue: on
 // AVX2 the weights followed the machine's load). CTest runs this once per instruction-set level
-// the CPU has (TOWER_MAX_CPU_ISA).
+// the CPU has (ONEDNN_MAX_CPU_ISA).
 #include <gtest/gtest.h>
 #include <signal.h>
 

@@ -268,5 +268,21 @@ TEST(CliInfoTest, DevicesModelsVersion) {
   EXPECT_TRUE(contains(version.output, "tower ")) << version.output;
 }
 
+// The kernels of a smaller CPU: the binary takes TOWER_MAX_CPU_ISA, any program oneDNN's own
+// ONEDNN_MAX_CPU_ISA; `tower devices` says which level the kernels use. A bad name is one error.
+TEST(CpuIsaTest, TheCapsAreHonouredAndABadNameIsNamed) {
+  auto tower_env =
+      testing::run_command("TOWER_MAX_CPU_ISA=avx2 " + testing::tower_binary() + " devices");
+  EXPECT_EQ(tower_env.exit_code, 0) << tower_env.output;
+  EXPECT_TRUE(contains(tower_env.output, "kernels: avx2 ")) << tower_env.output;
+  auto onednn =
+      testing::run_command("ONEDNN_MAX_CPU_ISA=AVX2 " + testing::tower_binary() + " devices");
+  EXPECT_TRUE(contains(onednn.output, "kernels: avx2 ")) << onednn.output;
+  auto bad = testing::run_command("TOWER_MAX_CPU_ISA=sse9 " + testing::tower_binary() + " devices");
+  EXPECT_EQ(bad.exit_code, 1) << bad.output;
+  EXPECT_TRUE(contains(bad.output, "TOWER_MAX_CPU_ISA=sse9: expected one of avx2, avx512"))
+      << bad.output;
+}
+
 }  // namespace
 }  // namespace tower

@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <charconv>
 #include <cstdlib>
@@ -104,15 +105,12 @@ const CpuModel& cpu_model() {
 constexpr CpuIsa kLevels[] = {CpuIsa::baseline, CpuIsa::avx2, CpuIsa::avx512, CpuIsa::avx512_bf16,
                               CpuIsa::amx};
 
-// The cap that the environment sets, if any.
+std::optional<CpuIsa> set_cap;  // set_max_cpu_isa()'s
+std::atomic<bool> isa_fixed{false};
+
+// The cap set for the process, else the one oneDNN's own environment variable sets, if any.
 std::optional<CpuIsa> isa_cap() {
-  if (const char* v = std::getenv("TOWER_MAX_CPU_ISA"); v != nullptr && *v != '\0') {
-    std::string text(v);
-    for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    for (CpuIsa isa : kLevels)
-      if (text == cpu_isa_name(isa)) return isa;
-    fail("TOWER_MAX_CPU_ISA={}: expected one of avx2, avx512, avx512_bf16, amx (or baseline)", v);
-  }
+  if (set_cap) return set_cap;
   // oneDNN's own switch caps its kernels; tower's follow it (unknown values: no cap, as oneDNN).
   for (const char* name : {"ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"}) {
     const char* v = std::getenv(name);
@@ -148,8 +146,22 @@ std::string_view cpu_isa_name(CpuIsa isa) {
 
 CpuIsa cpu_native_isa() { return cpu_model().isa; }
 
+CpuIsa parse_cpu_isa(std::string_view name, std::string_view what) {
+  std::string text(name);
+  for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (CpuIsa isa : kLevels)
+    if (text == cpu_isa_name(isa)) return isa;
+  fail("{}={}: expected one of avx2, avx512, avx512_bf16, amx (or baseline)", what, name);
+}
+
+void set_max_cpu_isa(CpuIsa cap) {
+  TOWER_CHECK_MSG(!isa_fixed.load(), "set_max_cpu_isa after the level was fixed");
+  set_cap = cap;
+}
+
 CpuIsa cpu_isa() {
   static const CpuIsa isa = [] {
+    isa_fixed = true;
     const std::optional<CpuIsa> cap = isa_cap();
     return cap ? std::min(*cap, cpu_native_isa()) : cpu_native_isa();
   }();

@@ -27,10 +27,14 @@ std::vector<Device> parse_device_list(std::string_view text);
 // The x86 instruction-set levels that the CPU kernels tell apart, in order. Each level's kernels
 // sum in their own order, so bits are the same only on the same level.
 enum class CpuIsa : uint8_t { baseline, avx2, avx512, avx512_bf16, amx };
-std::string_view cpu_isa_name(CpuIsa isa);  // "avx2", "avx512", ..., as TOWER_MAX_CPU_ISA takes
-// The level the kernels use: the CPU's own, capped by TOWER_MAX_CPU_ISA=avx2|avx512|avx512_bf16|
-// amx (or, without it, by oneDNN's ONEDNN_MAX_CPU_ISA), so that one machine runs the kernels of a
-// smaller one, oneDNN's and tower's own alike. Read once per process; a bad value is an Error.
+std::string_view cpu_isa_name(CpuIsa isa);  // "baseline", "avx2", "avx512", "avx512_bf16", "amx"
+// The level a name gives (any case); otherwise an Error "<what>=<name>: expected one of ...".
+CpuIsa parse_cpu_isa(std::string_view name, std::string_view what);
+// Caps this process's level (the CLI's TOWER_MAX_CPU_ISA); call before the first cpu_isa().
+void set_max_cpu_isa(CpuIsa cap);
+// The level the kernels use: the CPU's own, capped by set_max_cpu_isa() or else by oneDNN's own
+// ONEDNN_MAX_CPU_ISA (AVX2, AVX512_CORE, AVX512_CORE_BF16), so that one machine runs the kernels
+// of a smaller one, oneDNN's and tower's own alike. Fixed at the first call.
 CpuIsa cpu_isa();
 CpuIsa cpu_native_isa();  // the CPU's own level, uncapped
 

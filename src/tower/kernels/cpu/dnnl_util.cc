@@ -5,8 +5,8 @@
 namespace tower::cpu {
 
 namespace {
-// oneDNN dispatches to the level that tower's own kernels use (cpu_isa(), TOWER_MAX_CPU_ISA), set
-// before its first primitive.
+// oneDNN dispatches to the level that tower's own kernels use (cpu_isa(): the CPU's level or its
+// cap), set before its first primitive.
 void cap_dnnl_isa() {
   const CpuIsa isa = cpu_isa();
   if (isa == cpu_native_isa()) return;

@@ -156,7 +156,8 @@ void run_bench(Flags flags) {
   const DevicePlan plan = select_devices(
       {.devices = flags.devices.empty() ? std::vector<Device>{} : parse_device_list(flags.devices),
        .num_devices = flags.num_devices,
-       .threads = flags.threads},
+       .threads = flags.threads,
+       .precision = parse_precision(flags.program.precision)},
       comm);
   const int cores = plan.cores;
   // --batch_size is per tower, as in `tower train`; --global_batch_size the whole step's.

@@ -282,6 +282,16 @@ TEST(CpuIsaTest, TheCapsAreHonouredAndABadNameIsNamed) {
   EXPECT_EQ(bad.exit_code, 1) << bad.output;
   EXPECT_TRUE(contains(bad.output, "TOWER_MAX_CPU_ISA=sse9: expected one of avx2, avx512"))
       << bad.output;
+  // The hardware check comes with the choice of devices, before any data is read.
+  testing::TmpDir tmp;
+  auto bf16 = testing::run_command("ONEDNN_MAX_CPU_ISA=AVX2 " + testing::tower_binary() +
+                                   " train --precision bf16 --data idx:" + (tmp / "none") +
+                                   " --train_dir " + (tmp / "run"));
+  EXPECT_EQ(bf16.exit_code, 1) << bf16.output;
+  EXPECT_TRUE(contains(bf16.output, "--precision bf16 needs a CPU with AVX512-BF16 or AMX"))
+      << bf16.output;
+  EXPECT_FALSE(contains(bf16.output, "none")) << bf16.output;
+  EXPECT_FALSE(std::filesystem::exists(tmp / "run"));
 }
 
 }  // namespace

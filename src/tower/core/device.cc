@@ -231,4 +231,26 @@ std::vector<int> split_cores(int total_threads, int num_devices) {
   return threads;
 }
 
+void check_precision_supported(Precision precision, const Device& device) {
+  if (precision != Precision::bf16) return;
+  if (device.kind == DeviceKind::cuda) {
+    for (const CudaDeviceInfo& gpu : cuda_devices())
+      if (gpu.index == device.index && gpu.major < 8)
+        fail(
+            "--precision bf16 needs a GPU of compute capability 8.0 or later (bf16 tensor cores), "
+            "and {} ({}) is {}.{}: use --precision fp32",
+            device.to_string(), gpu.name, gpu.major, gpu.minor);
+    return;
+  }
+  const CpuInfo cpu = cpu_info();
+  if (!cpu.avx512_bf16 && !cpu.amx)
+    fail(
+        "--precision bf16 needs a CPU with AVX512-BF16 or AMX instructions, and this one ({}) has "
+        "neither{}: use --precision fp32",
+        cpu.model_name.empty() ? std::string("unknown") : cpu.model_name,
+        cpu_isa() < cpu_native_isa()
+            ? fmt::format(" at the level in use ({})", cpu_isa_name(cpu_isa()))
+            : std::string());
+}
+
 }  // namespace tower

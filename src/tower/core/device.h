@@ -7,6 +7,8 @@
 #include <string_view>
 #include <vector>
 
+#include "tower/core/dtype.h"
+
 namespace tower {
 
 enum class DeviceKind : uint8_t { cpu, cuda };
@@ -54,6 +56,10 @@ struct CudaDeviceInfo {
 };
 // CUDA GPUs visible through the driver; empty (never an error) when there is no driver or GPU.
 std::vector<CudaDeviceInfo> cuda_devices();
+
+// Refuses a precision the device's hardware lacks (bf16: a CPU with AVX512-BF16 or AMX at the
+// level in use, a GPU of compute capability 8.0 or later), naming the device and --precision.
+void check_precision_supported(Precision precision, const Device& device);
 
 // Splits `total_threads` cores among `num_devices` logical CPU devices as evenly as possible;
 // device i gets result[i] threads (at least 1 each).

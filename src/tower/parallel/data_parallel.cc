@@ -425,6 +425,8 @@ DevicePlan select_devices(const DeviceRequest& request, const Communicator& comm
     for (int i = 0; i < n; ++i) plan.devices.push_back(Device{DeviceKind::cpu, i});
   }
   plan.threads = split_cores(plan.cores, static_cast<int>(plan.devices.size()));
+  // The hardware checks, here rather than when the programs are built: before anything is loaded.
+  for (const Device& d : plan.devices) check_precision_supported(request.precision, d);
   return plan;
 }
 

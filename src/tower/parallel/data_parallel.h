@@ -153,6 +153,7 @@ struct DeviceRequest {
   int num_devices = 0;          // 0: one per core
   int threads = 0;              // cores in all; 0: this rank's share of the machine
   bool allow_soft_placement = false;
+  Precision precision = Precision::fp32;  // checked on every device chosen
 };
 struct DevicePlan {
   std::vector<Device> devices;  // one tower each

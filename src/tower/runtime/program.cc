@@ -185,21 +185,7 @@ Program::Program(const Graph& graph, std::vector<Value> fetches, VariableStore& 
   Impl& m = *impl_;
   // The kernels are made for the team that will run them (oneDNN primitives keep the size).
   KernelThreadsScope threads(options.num_threads);
-  if (options.precision == Precision::bf16 && options.device.kind == DeviceKind::cuda) {
-    for (const CudaDeviceInfo& gpu : cuda_devices())
-      if (gpu.index == options.device.index && gpu.major < 8)
-        fail(
-            "--precision bf16 needs a GPU of compute capability 8.0 or later (bf16 tensor cores), "
-            "and {} ({}) is {}.{}: use --precision fp32",
-            options.device.to_string(), gpu.name, gpu.major, gpu.minor);
-  } else if (options.precision == Precision::bf16) {
-    const CpuInfo cpu = cpu_info();
-    if (!cpu.avx512_bf16 && !cpu.amx)
-      fail(
-          "--precision bf16 needs a CPU with AVX512-BF16 or AMX instructions, and this one ({}) "
-          "has neither: use --precision fp32",
-          cpu.model_name.empty() ? std::string("unknown") : cpu.model_name);
-  }
+  check_precision_supported(options.precision, options.device);
   m.options = options;
   m.contended = options.contention == ProgramOptions::Contention::on;
   if (options.group != nullptr) {

@@ -187,7 +187,8 @@ class Run {
     plan_ = select_devices({.devices = config_.devices,
                             .num_devices = config_.num_devices,
                             .threads = config_.num_threads,
-                            .allow_soft_placement = config_.allow_soft_placement},
+                            .allow_soft_placement = config_.allow_soft_placement,
+                            .precision = config_.program.precision},
                            comm_);
     const auto towers = static_cast<int64_t>(plan_.devices.size());
     if (config_.micro_batch_size > 0) {

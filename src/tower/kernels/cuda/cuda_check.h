@@ -1,6 +1,7 @@
 // What both nvcc and the host compiler see, with no engine header: CUDA status checks that throw
-// a tower::Error naming the call, a scoped current GPU, and the grid size of grid-stride loops.
-// Each family's launchers are declared in kernels/cuda/<family>.h, defined in <family>.cu.
+// a tower::Error naming the call and its file:line, a scoped current GPU, and the grid size of
+// grid-stride loops. Each family's launchers are declared in kernels/cuda/<family>.h, defined in
+// <family>.cu.
 #pragma once
 
 #include <cublas_v2.h>
@@ -11,10 +12,11 @@
 
 namespace tower::cuda {
 
-void check(cudaError_t status, const char* call);
-void check(cudnnStatus_t status, const char* call);
-void check(cublasStatus_t status, const char* call);
-#define TOWER_CUDA_CHECK(call) ::tower::cuda::check((call), #call)
+// Each names the call and where it is (the path from src/ on).
+void check(cudaError_t status, const char* call, const char* file, int line);
+void check(cudnnStatus_t status, const char* call, const char* file, int line);
+void check(cublasStatus_t status, const char* call, const char* file, int line);
+#define TOWER_CUDA_CHECK(call) ::tower::cuda::check((call), #call, __FILE__, __LINE__)
 
 // Makes a GPU current for a scope and gives the thread its previous one back (a negative index:
 // leaves the current one).

@@ -2,6 +2,7 @@
 // and allocates the same sizes, so after the first step nothing reaches cudaMalloc) and streams,
 // registered when this library is loaded; plus the status checks of cuda_check.h.
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -11,17 +12,28 @@
 
 namespace tower::cuda {
 
-void check(cudaError_t status, const char* call) {
-  if (status != cudaSuccess) fail("CUDA error in {}: {}", call, cudaGetErrorString(status));
+namespace {
+const char* source_path(const char* file) {
+  const char* src = std::strstr(file, "src/");
+  return src != nullptr ? src : file;
 }
-void check(cudnnStatus_t status, const char* call) {
+}  // namespace
+
+void check(cudaError_t status, const char* call, const char* file, int line) {
+  if (status != cudaSuccess)
+    fail("CUDA error in {} at {}:{}: {}", call, source_path(file), line,
+         cudaGetErrorString(status));
+}
+void check(cudnnStatus_t status, const char* call, const char* file, int line) {
   if (status != CUDNN_STATUS_SUCCESS)
-    fail("cuDNN error in {}: {}", call, cudnnGetErrorString(status));
+    fail("cuDNN error in {} at {}:{}: {}", call, source_path(file), line,
+         cudnnGetErrorString(status));
 }
-void check(cublasStatus_t status, const char* call) {
+void check(cublasStatus_t status, const char* call, const char* file, int line) {
   // (cuBLAS is opened on demand, see matmul.cc: its status text is not at hand here.)
   if (status != CUBLAS_STATUS_SUCCESS)
-    fail("cuBLAS error in {}: status {}", call, static_cast<int>(status));
+    fail("cuBLAS error in {} at {}:{}: status {}", call, source_path(file), line,
+         static_cast<int>(status));
 }
 
 void use_device(const Device& device) {

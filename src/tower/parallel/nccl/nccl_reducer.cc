@@ -9,6 +9,7 @@
 #include <nccl.h>
 
 #include <chrono>
+#include <cstring>
 #include <exception>
 #include <mutex>
 
@@ -19,14 +20,23 @@
 namespace tower {
 namespace {
 
-void check_nccl(ncclResult_t status, const char* call) {
-  if (status != ncclSuccess) fail("NCCL error in {}: {}", call, ncclGetErrorString(status));
+// Checks naming the call and where it is (the path from src/ on).
+const char* source_path(const char* file) {
+  const char* src = std::strstr(file, "src/");
+  return src != nullptr ? src : file;
 }
-#define TOWER_NCCL_CHECK(call) check_nccl((call), #call)
-void check_cuda(cudaError_t status, const char* call) {
-  if (status != cudaSuccess) fail("CUDA error in {}: {}", call, cudaGetErrorString(status));
+void check_nccl(ncclResult_t status, const char* call, const char* file, int line) {
+  if (status != ncclSuccess)
+    fail("NCCL error in {} at {}:{}: {}", call, source_path(file), line,
+         ncclGetErrorString(status));
 }
-#define TOWER_CUDA_CHECK(call) check_cuda((call), #call)
+#define TOWER_NCCL_CHECK(call) check_nccl((call), #call, __FILE__, __LINE__)
+void check_cuda(cudaError_t status, const char* call, const char* file, int line) {
+  if (status != cudaSuccess)
+    fail("CUDA error in {} at {}:{}: {}", call, source_path(file), line,
+         cudaGetErrorString(status));
+}
+#define TOWER_CUDA_CHECK(call) check_cuda((call), #call, __FILE__, __LINE__)
 
 // Makes a GPU current for a scope and gives the thread its previous one back.
 struct DeviceGuard {
@@ -42,13 +52,20 @@ struct DeviceGuard {
 
 using Clock = std::chrono::steady_clock;
 
-// ncclGroupStart() for a scope: the group is closed even when a call inside it throws.
+// ncclGroupStart() for a scope: end() closes it and checks the result; a group left by an
+// exception is closed by the destructor, which never throws.
 struct NcclGroup {
   NcclGroup() { TOWER_NCCL_CHECK(ncclGroupStart()); }
-  ~NcclGroup() noexcept(false) {
-    const ncclResult_t status = ncclGroupEnd();
-    if (std::uncaught_exceptions() == 0) check_nccl(status, "ncclGroupEnd()");
+  void end() {
+    ended = true;
+    TOWER_NCCL_CHECK(ncclGroupEnd());
   }
+  ~NcclGroup() {
+    if (!ended) ncclGroupEnd();
+  }
+  NcclGroup(const NcclGroup&) = delete;
+  NcclGroup& operator=(const NcclGroup&) = delete;
+  bool ended = false;
 };
 
 class NcclReducer : public GradientReducer {
@@ -102,6 +119,7 @@ class NcclReducer : public GradientReducer {
       TOWER_NCCL_CHECK(ncclCommInitRank(&tw.nccl, world, id,
                                         rank * static_cast<int>(towers) + static_cast<int>(t)));
     }
+    group.end();
   }
 
   ~NcclReducer() override {
@@ -202,6 +220,7 @@ class NcclReducer : public GradientReducer {
           TOWER_NCCL_CHECK(ncclAllReduce(data, data, static_cast<size_t>(b.numel), ncclFloat,
                                          ncclSum, tw.nccl, tw.stream));
         }
+        group.end();
       }
       for (Tower& tw : towers_) {
         DeviceGuard guard(tw.device);

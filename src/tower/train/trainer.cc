@@ -463,7 +463,10 @@ class Run {
     }
     const float lr = update(step_);
     ++step_;
-    if (ema_) ema_->update(step_);
+    if (ema_) {
+      trace::Slice slice("step", "moving average");
+      ema_->update(step_);
+    }
     ++window_steps_;
     window_accuracy_ += out.metrics[1];
     result_.last_loss = out.loss;

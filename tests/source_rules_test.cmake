@@ -2,12 +2,11 @@
 #   cmake -DSRC=<repo>/src/tower -P source_rules_test.cmake
 # - The library reads no TOWER_* environment variable: switches are options (ProgramOptions, ...)
 #   that the CLI sets from its flags (and, for a few, from variables of its own).
-# - No source file over 600 lines. The files still over it are listed here with their size at the
-#   time; they may shrink but not grow, and the list may only get shorter (issue: the runtime
-#   split).
+# - No source file over 600 lines. A file that must stay over it for a while is listed in
+#   known_long as "path:lines" (it may shrink, not grow); none is today.
 cmake_minimum_required(VERSION 3.25)
 set(max_lines 600)
-set(known_long "train/trainer.cc:760")
+set(known_long)
 
 file(GLOB_RECURSE files ${SRC}/*.h ${SRC}/*.cc ${SRC}/*.cu ${SRC}/*.cuh)
 set(errors "")

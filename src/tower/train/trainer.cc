@@ -1,7 +1,5 @@
 #include "tower/train/trainer.h"
 
-#include <fcntl.h>
-#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -54,52 +52,6 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-constexpr int64_t kMaxSteps = int64_t{1} << 40;
-constexpr int64_t kMaxBatch = int64_t{1} << 20;
-
-void check_number(const char* flag, double value, double lo, double hi, const char* expected) {
-  if (!std::isfinite(value) || value < lo || value > hi)
-    fail("{} must be {}, got {}", flag, expected, value);
-}
-void check_count(const char* flag, int64_t value, int64_t lo, int64_t hi) {
-  if (value < lo || value > hi)
-    fail("{} must be a whole number from {} to {}, got {}", flag, lo, hi, value);
-}
-
-// The train dir exists (created if need be), is a directory and can be written.
-void prepare_train_dir(const std::string& dir) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
-    fail("--train_dir '{}' is a file, not a directory", dir);
-  fs::create_directories(dir, ec);
-  if (ec) fail("cannot create --train_dir '{}': {}", dir, ec.message());
-  if (::access(dir.c_str(), W_OK) != 0)
-    fail("--train_dir '{}' is not writable: {}", dir, std::strerror(errno));
-}
-
-// One writer per train dir: an advisory lock on DIR/.lock, held while the run lasts (the kernel
-// drops the lock of a killed process, so a stale one never blocks). Returns the lock's descriptor.
-int lock_train_dir(const std::string& dir) {
-  const std::string file = dir + "/.lock";
-  const int fd = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) fail("cannot open the lock file '{}' of --train_dir: {}", file, std::strerror(errno));
-  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    char pid[32] = {};
-    const ssize_t n = ::pread(fd, pid, sizeof pid - 1, 0);
-    ::close(fd);
-    fail(
-        "--train_dir '{}' is in use by another `tower train` (pid {}): wait for it to end, or use "
-        "another --train_dir",
-        dir, n > 0 ? std::string(pid, static_cast<size_t>(n)) : std::string("unknown"));
-  }
-  const std::string pid = std::to_string(::getpid());
-  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) < 0) {
-    // The pid is only for the message of a second run; the lock itself holds.
-  }
-  return fd;
-}
-
 // An image summary of the first few training inputs after distortion, each rescaled to 0..255.
 void add_input_images(EventWriter& events, const Tensor& images, int64_t step) {
   const Shape& s = images.shape();
@@ -117,42 +69,6 @@ void add_input_images(EventWriter& events, const Tensor& images, int64_t step) {
             static_cast<uint8_t>(255.0f * (x[ch * plane + p] - *lo) / range + 0.5f);
     events.add_image(fmt::format("input/image/{}", n), hwc.data(), h, w, c, step);
   }
-}
-
-// What must agree between all ranks of one job: everything that changes the numbers.
-// (With micro-batches ranks may run different numbers of towers.)
-std::vector<std::pair<std::string, std::string>> rank_fields(const TrainConfig& c, size_t towers,
-                                                             const Dataset& data) {
-  const OptimizerConfig& o = c.optimizer;
-  const bool micro = c.micro_batch_size > 0;
-  return {{"--model", c.model},
-          {"--data", c.data},
-          {"the data set's size",
-           fmt::format("{} examples of {}", data.size(), data.image_shape().to_string())},
-          {"the number of towers", micro ? "any" : std::to_string(towers)},
-          {"--batch_size", micro ? "unused" : std::to_string(c.batch_size)},
-          {"--global_batch_size", std::to_string(c.global_batch_size)},
-          {"--micro_batch_size", std::to_string(c.micro_batch_size)},
-          {"--strategy", std::string(strategy_name(c.strategy))},
-          {"--bucket_mb", fmt::format("{}", c.bucket_mb)},
-          {"--max_steps", std::to_string(c.max_steps)},
-          {"--epochs", fmt::format("{}", c.epochs)},
-          {"--optimizer", o.name},
-          {"--momentum", fmt::format("{}", o.momentum)},
-          {"--nesterov", fmt::format("{}", o.nesterov)},
-          {"--weight_decay", fmt::format("{}", o.weight_decay)},
-          {"--beta1", fmt::format("{}", o.beta1)},
-          {"--beta2", fmt::format("{}", o.beta2)},
-          {"--epsilon", fmt::format("{}", o.epsilon)},
-          {"--lr", fmt::format("{}", c.lr)},
-          {"--lr_schedule", c.lr_schedule},
-          {"--clip_norm", fmt::format("{}", c.clip_norm)},
-          {"--ema_decay", fmt::format("{}", c.ema_decay)},
-          {"--augmentation", c.augmentation},
-          {"--seed", std::to_string(c.seed)},
-          {"--resume_from", c.resume_from},
-          {"--deterministic", fmt::format("{}", c.program.deterministic)},
-          {"--precision", std::string(precision_name(c.program.precision))}};
 }
 
 // One training run, as its stages: train() calls them in order.
@@ -249,7 +165,7 @@ class Run {
       else
         checkpoint_ = find_resume_checkpoint(config_.train_dir);
     }
-    if (checkpoint_) refuse_other_run(*checkpoint_);
+    if (checkpoint_) refuse_other_run(*checkpoint_, identity());
     nlohmann::json resume;  // {step, epoch, epoch_step}; null when starting fresh
     if (checkpoint_)
       resume = {checkpoint_->state.step, checkpoint_->state.epoch, checkpoint_->state.epoch_step};
@@ -281,56 +197,9 @@ class Run {
     if (total_steps_ > kMaxSteps)
       fail("--epochs {} is {} steps of {} per epoch, more than {}", config_.epochs, total_steps_,
            steps_per_epoch_, kMaxSteps);
-    if (checkpoint_ && !config_.allow_schedule_change) refuse_schedule_change(*checkpoint_);
-  }
-
-  // A checkpoint of another run (model, data, layout, optimizer, seed) is refused with every
-  // difference at once.
-  void refuse_other_run(const TrainingCheckpoint& checkpoint) {
-    const std::vector<IdentityDifference> diffs = differences(checkpoint.state.run, identity());
-    if (diffs.empty()) return;
-    std::vector<std::string> saved, now;
-    bool layout = false;
-    for (const IdentityDifference& d : diffs) {
-      saved.push_back(d.key + " = " + d.saved);
-      now.push_back(d.key + " = " + d.now);
-      layout |= d.key == "batch_size" || d.key == "num_towers" || d.key == "ranks";
-    }
-    fail(
-        "checkpoint {} was written by a run with {}, but this run has {}; use another --train_dir "
-        "or the same flags{}",
-        checkpoint.data.prefix, fmt::join(saved, ", "), fmt::join(now, ", "),
-        layout ? ". A run started with --global_batch_size and --micro_batch_size resumes on any "
-                 "number of towers and ranks"
-               : "");
-  }
-
-  // Resuming with other --max_steps, --epochs, --lr or --lr_schedule changes the learning rate
-  // of the steps still to train (a cosine decay stretched or cut short): refused unless asked for.
-  void refuse_schedule_change(const TrainingCheckpoint& checkpoint) {
-    const ScheduleRecord& saved = checkpoint.state.schedule;
-    if (saved.total_steps <= 0) return;  // an older checkpoint: nothing to compare with
-    std::unique_ptr<LrSchedule> before;
-    try {
-      before = parse_lr_schedule(saved.spec, static_cast<float>(saved.lr), steps_per_epoch_,
-                                 saved.total_steps);
-    } catch (const Error& e) {
-      fail("checkpoint {}: its learning-rate schedule: {}", checkpoint.data.prefix, e.what());
-    }
-    const std::unique_ptr<LrSchedule> after =
-        parse_lr_schedule(config_.lr_schedule, config_.lr, steps_per_epoch_, total_steps_);
-    const int64_t end = total_steps_;  // past its own end, a schedule continues as it would
-    const int64_t stride = std::max<int64_t>(1, (end - step_) / 100000);
-    for (int64_t s = step_; s < end; s += stride) {
-      if (before->lr(s) == after->lr(s)) continue;
-      fail(
-          "checkpoint {} was trained with --lr_schedule {} --lr {} over {} steps, this run asks "
-          "for --lr_schedule {} --lr {} over {} steps: at step {} the learning rate would be {:g} "
-          "instead of {:g}. Pass --allow_schedule_change to resume with the new schedule, or "
-          "resume with the flags of the first run",
-          checkpoint.data.prefix, saved.spec, static_cast<float>(saved.lr), saved.total_steps,
-          config_.lr_schedule, config_.lr, total_steps_, s, after->lr(s), before->lr(s));
-    }
+    if (checkpoint_ && !config_.allow_schedule_change)
+      refuse_schedule_change(*checkpoint_, {config_.lr_schedule, config_.lr, total_steps_}, step_,
+                             steps_per_epoch_);
   }
 
   void build_towers() {
@@ -692,65 +561,6 @@ Towers build_towers(const ModelDef& model, const Shape& example_shape, int64_t b
   towers.dp = std::make_unique<DataParallel>(example_shape, batch, tower_fn, options);
   towers.optimizer = std::make_unique<DataParallelOptimizer>(*towers.dp, optimizer);
   return towers;
-}
-
-TrainConfig TrainConfig::for_model(const std::string& model) {
-  TrainConfig config;
-  config.model = model;
-  apply_recipe(config, get_model(model).recipe);
-  return config;
-}
-
-void apply_recipe(TrainConfig& config, const Recipe& recipe) {
-  config.optimizer = OptimizerConfig{};
-  config.optimizer.name = recipe.optimizer;
-  config.optimizer.momentum = recipe.momentum;
-  config.optimizer.weight_decay = recipe.weight_decay;
-  config.lr = recipe.lr;
-  config.lr_schedule = recipe.lr_schedule;
-  config.batch_size = recipe.batch_size;
-  config.epochs = recipe.epochs;
-  config.ema_decay = recipe.ema_decay;
-  config.augmentation = recipe.augmentation;
-}
-
-DataOptions data_options(const TrainConfig& c) {
-  return {c.data, c.image_size, c.test_fraction, c.skip_bad_images};
-}
-
-void validate(const TrainConfig& c) {
-  const ModelDef& model = get_model(c.model);
-  run_data_spec(data_options(c), model);
-  check_count("--batch_size", c.batch_size, 1, kMaxBatch);
-  check_count("--global_batch_size", c.global_batch_size, 0, kMaxBatch);
-  check_count("--micro_batch_size", c.micro_batch_size, 0, kMaxBatch);
-  if ((c.global_batch_size > 0) != (c.micro_batch_size > 0))
-    fail("--global_batch_size and --micro_batch_size go together: give both, or neither");
-  if (c.micro_batch_size > 0 && c.global_batch_size % c.micro_batch_size != 0)
-    fail("--global_batch_size {} must be a multiple of --micro_batch_size {}", c.global_batch_size,
-         c.micro_batch_size);
-  check_count("--max_steps", c.max_steps, 0, kMaxSteps);
-  check_number("--epochs", c.epochs, 0, 1e6, "a number of epochs from 0 to 1e6");
-  if (c.max_steps == 0 && c.epochs <= 0)
-    fail("nothing to train: give --max_steps N or --epochs E greater than 0");
-  check_number("--bucket_mb", c.bucket_mb, 1.0 / 1024, 65536, "a size in MB from 1/1024 to 65536");
-  check_count("--num_devices", c.num_devices, 0, kMaxTowersPerRank);
-  check_count("--num_threads", c.num_threads, 0, 4096);
-  check_number("--lr", c.lr, 1e-30, 1e30, "a number > 0");
-  check_number("--clip_norm", c.clip_norm, 0, 1e30, "a number >= 0 (0: no clipping)");
-  if (!std::isfinite(c.ema_decay) || c.ema_decay < 0 || c.ema_decay >= 1)
-    fail("--ema_decay must be in [0, 1) (0: no moving average), got {}", c.ema_decay);
-  input_transforms(c.augmentation, model.default_input, model.default_input);
-  check_count("--num_preprocess_threads", c.num_preprocess_threads, 0, 256);
-  check_count("--log_every", c.log_every, 0, kMaxSteps);
-  check_count("--save_every_steps", c.save_every_steps, 0, kMaxSteps);
-  check_number("--save_every_secs", c.save_every_secs, 0, 1e9, "a number of seconds >= 0 (0: off)");
-  check_count("--keep_checkpoints", c.keep_checkpoints, 1, 1000000);
-  check_count("--eval_every", c.eval_every, 0, kMaxSteps);
-  check_number("--comm_timeout", c.comm_timeout, 1e-3, 1e9, "a number of seconds > 0");
-  if (c.train_dir.empty()) fail("--train_dir must not be empty");
-  check_count("--trace_steps", c.trace_steps, 1, 1000000);
-  validate(c.optimizer);
 }
 
 TrainResult train(const TrainConfig& given, Communicator& comm) {

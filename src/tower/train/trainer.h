@@ -80,6 +80,12 @@ void apply_recipe(TrainConfig& config, const Recipe& recipe);
 
 // Every field checked up front (finite, in range, consistent); the error names the flag.
 void validate(const TrainConfig& config);
+// The most steps a run may have (--max_steps, --epochs).
+inline constexpr int64_t kMaxSteps = int64_t{1} << 40;
+// What must agree between all ranks of one job, as (flag, value): everything that changes the
+// numbers. With micro-batches ranks may run different numbers of towers.
+std::vector<std::pair<std::string, std::string>> rank_fields(const TrainConfig& config,
+                                                             size_t towers, const Dataset& data);
 // The data fields of a config (run_data_spec).
 DataOptions data_options(const TrainConfig& config);
 

@@ -1,12 +1,19 @@
 #include "tower/train/training_state.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 
 #include "tower/core/error.h"
 #include "tower/models/model_file.h"
 #include "tower/parallel/communicator.h"
+#include "tower/train/lr_schedule.h"
 
 namespace tower {
 namespace {
@@ -303,6 +310,90 @@ std::optional<TrainingCheckpoint> find_resume_checkpoint(const std::string& dir)
         "use another --train_dir",
         steps.size(), dir);
   return std::nullopt;
+}
+
+// A checkpoint of another run (model, data, layout, optimizer, seed) is refused with every
+// difference at once.
+void refuse_other_run(const TrainingCheckpoint& checkpoint, const RunIdentity& now) {
+  const std::vector<IdentityDifference> diffs = differences(checkpoint.state.run, now);
+  if (diffs.empty()) return;
+  std::vector<std::string> was, is;
+  bool layout = false;
+  for (const IdentityDifference& d : diffs) {
+    was.push_back(d.key + " = " + d.saved);
+    is.push_back(d.key + " = " + d.now);
+    layout |= d.key == "batch_size" || d.key == "num_towers" || d.key == "ranks";
+  }
+  fail(
+      "checkpoint {} was written by a run with {}, but this run has {}; use another --train_dir "
+      "or the same flags{}",
+      checkpoint.data.prefix, fmt::join(was, ", "), fmt::join(is, ", "),
+      layout ? ". A run started with --global_batch_size and --micro_batch_size resumes on any "
+               "number of towers and ranks"
+             : "");
+}
+
+// Resuming with other --max_steps, --epochs, --lr or --lr_schedule changes the learning rate
+// of the steps still to train (a cosine decay stretched or cut short): refused unless asked for.
+void refuse_schedule_change(const TrainingCheckpoint& checkpoint, const ScheduleRecord& now,
+                            int64_t from_step, int64_t steps_per_epoch) {
+  const ScheduleRecord& saved = checkpoint.state.schedule;
+  if (saved.total_steps <= 0) return;  // an older checkpoint: nothing to compare with
+  std::unique_ptr<LrSchedule> before;
+  try {
+    before = parse_lr_schedule(saved.spec, static_cast<float>(saved.lr), steps_per_epoch,
+                               saved.total_steps);
+  } catch (const Error& e) {
+    fail("checkpoint {}: its learning-rate schedule: {}", checkpoint.data.prefix, e.what());
+  }
+  const std::unique_ptr<LrSchedule> after =
+      parse_lr_schedule(now.spec, static_cast<float>(now.lr), steps_per_epoch, now.total_steps);
+  const int64_t end = now.total_steps;  // past its own end, a schedule continues as it would
+  const int64_t stride = std::max<int64_t>(1, (end - from_step) / 100000);
+  for (int64_t s = from_step; s < end; s += stride) {
+    if (before->lr(s) == after->lr(s)) continue;
+    fail(
+        "checkpoint {} was trained with --lr_schedule {} --lr {} over {} steps, this run asks "
+        "for --lr_schedule {} --lr {} over {} steps: at step {} the learning rate would be {:g} "
+        "instead of {:g}. Pass --allow_schedule_change to resume with the new schedule, or "
+        "resume with the flags of the first run",
+        checkpoint.data.prefix, saved.spec, static_cast<float>(saved.lr), saved.total_steps,
+        now.spec, static_cast<float>(now.lr), now.total_steps, s, after->lr(s), before->lr(s));
+  }
+}
+
+// The train dir exists (created if need be), is a directory and can be written.
+void prepare_train_dir(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
+    fail("--train_dir '{}' is a file, not a directory", dir);
+  fs::create_directories(dir, ec);
+  if (ec) fail("cannot create --train_dir '{}': {}", dir, ec.message());
+  if (::access(dir.c_str(), W_OK) != 0)
+    fail("--train_dir '{}' is not writable: {}", dir, std::strerror(errno));
+}
+
+// One writer per train dir: an advisory lock on DIR/.lock, held while the run lasts (the kernel
+// drops the lock of a killed process, so a stale one never blocks). Returns the lock's descriptor.
+int lock_train_dir(const std::string& dir) {
+  const std::string file = dir + "/.lock";
+  const int fd = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) fail("cannot open the lock file '{}' of --train_dir: {}", file, std::strerror(errno));
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    char pid[32] = {};
+    const ssize_t n = ::pread(fd, pid, sizeof pid - 1, 0);
+    ::close(fd);
+    fail(
+        "--train_dir '{}' is in use by another `tower train` (pid {}): wait for it to end, or use "
+        "another --train_dir",
+        dir, n > 0 ? std::string(pid, static_cast<size_t>(n)) : std::string("unknown"));
+  }
+  const std::string pid = std::to_string(::getpid());
+  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) < 0) {
+    // The pid is only for the message of a second run; the lock itself holds.
+  }
+  return fd;
 }
 
 }  // namespace tower

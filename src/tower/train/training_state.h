@@ -87,6 +87,22 @@ void save_training_checkpoint(const std::string& dir, const TrainingState& state
 // (a damaged file, a tensor failing its checksum), a ForeignStateError the state key.
 TrainingCheckpoint load_training_checkpoint(const std::string& prefix);
 
+// The train dir exists (created if need be), is a directory and can be written.
+void prepare_train_dir(const std::string& dir);
+// One writer per train dir: an advisory lock on DIR/.lock, held while the run lasts (the kernel
+// drops the lock of a killed process, so a stale one never blocks). Returns the lock's
+// descriptor; a dir in use is an error naming the pid that holds it.
+int lock_train_dir(const std::string& dir);
+
+// Stops a resume from a checkpoint of another run (model, data, layout, optimizer, seed), naming
+// every difference at once (and the micro-batch flags that allow any layout).
+void refuse_other_run(const TrainingCheckpoint& checkpoint, const RunIdentity& now);
+// Stops a resume whose flags change the learning rate of any step from `from_step` on (a cosine
+// decay stretched or cut short, another --lr), naming the step and both rates and
+// --allow_schedule_change; older checkpoints without a schedule record pass.
+void refuse_schedule_change(const TrainingCheckpoint& checkpoint, const ScheduleRecord& now,
+                            int64_t from_step, int64_t steps_per_epoch);
+
 // The checkpoint a run resumes from in `dir`, or nothing when there is none:
 //  - the latest complete one; if its files are damaged (truncated, corrupt, failing a checksum)
 //    a warning on stderr names the file, and the one before it is tried, and so on;

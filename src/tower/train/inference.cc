@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 
 #include "tower/train/evaluator.h"
@@ -35,7 +36,9 @@ std::string resolve_checkpoint(const std::string& train_dir, const std::string& 
   if (has_checkpoint_files(prefix)) return prefix;
   const std::string in_dir = (std::filesystem::path(train_dir) / prefix).string();
   if (has_checkpoint_files(in_dir)) return in_dir;
-  if (!prefix.empty() && std::all_of(prefix.begin(), prefix.end(), ::isdigit)) {
+  if (!prefix.empty() && prefix.size() <= 18 &&
+      std::all_of(prefix.begin(), prefix.end(),
+                  [](unsigned char c) { return std::isdigit(c) != 0; })) {
     const std::string step = checkpoint_prefix(train_dir, std::stoll(prefix));
     if (has_checkpoint_files(step)) return step;
   }

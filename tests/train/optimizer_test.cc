@@ -7,6 +7,7 @@
 
 #include "tower/models/model.h"
 #include "tower/parallel/data_parallel.h"
+#include "tower/train/ema.h"
 
 namespace tower {
 namespace {
@@ -313,6 +314,43 @@ TEST(DataParallelOptimizerTest, UpdatesEveryReplica) {
   }
   EXPECT_LT(last, 0.5f * first);
   EXPECT_EQ(optimizer.replica_optimizer(1).slots().size(), optimizer.params().size());
+}
+
+// An update in pieces (start_step, then update over blocks in any order, each averaged right
+// after) gives the bits of apply() followed by the moving average's update(), for every optimizer.
+TEST(OptimizerTest, UpdatingInBlocksWithTheAverageGivesTheBitsOfAWholeUpdate) {
+  for (const std::string name : {"sgd", "momentum", "adam", "adamw"}) {
+    SCOPED_TRACE(name);
+    OptimizerConfig c = config(name);
+    if (name == "adamw") c.weight_decay = 0.01f;
+    std::vector<float> init(20000), g(20000);
+    for (size_t i = 0; i < init.size(); ++i) {
+      init[i] = std::sin(0.37f * static_cast<float>(i));
+      g[i] = std::cos(0.11f * static_cast<float>(i)) * 0.5f;
+    }
+    Var whole("w", init), pieces("w", init);
+    auto a = make_optimizer(c), b = make_optimizer(c);
+    ExponentialMovingAverage ema_a(0.99f), ema_b(0.99f);
+    ema_a.init({{"w", &whole.value}});
+    ema_b.init({{"w", &pieces.value}});
+    for (int64_t step = 0; step < 3; ++step) {
+      whole.set_grad(g);
+      pieces.set_grad(g);
+      a->apply({whole.param()}, 0.05f, step);
+      ema_a.update(step + 1);
+      const std::vector<Param> params{pieces.param()};
+      b->start_step(params, 0.05f, step);
+      const float one_minus_decay = 1.0f - ema_b.decay_at(step + 1);
+      for (int64_t begin : {8192, 0, 16384}) {  // out of order, the last block short
+        const int64_t end = std::min<int64_t>(begin + 8192, 20000);
+        b->update(0, begin, end);
+        ema_b.update_range(ema_b.index_of("w"), begin, end, one_minus_decay);
+      }
+    }
+    EXPECT_EQ(std::memcmp(whole.value.raw_data(), pieces.value.raw_data(), 20000 * 4), 0);
+    EXPECT_EQ(std::memcmp(ema_a.shadow("w").raw_data(), ema_b.shadow("w").raw_data(), 20000 * 4),
+              0);
+  }
 }
 
 }  // namespace

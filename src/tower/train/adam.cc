@@ -19,34 +19,34 @@ class Adam final : public Optimizer {
         weight_decay_(weight_decay),
         adamw_(adamw) {}
   void init(const std::vector<Param>& params) override { slots_.init(params); }
-  void apply(const std::vector<Param>& params, float lr, int64_t step) override {
+  void start_step(const std::vector<Param>& params, float lr, int64_t step) override {
     init(params);
     TOWER_CHECK_MSG(step >= 0, "negative optimizer step {}", step);
+    params_ = &params;
     // The powers come from the step (not from state kept across steps), so a resumed run
     // computes the same bits.
     const double t = static_cast<double>(step) + 1.0;
     const double b1_power = std::pow(static_cast<double>(beta1_), t);
     const double b2_power = std::pow(static_cast<double>(beta2_), t);
-    const float lr_t =
+    lr_t_ =
         static_cast<float>(static_cast<double>(lr) * std::sqrt(1.0 - b2_power) / (1.0 - b1_power));
-    const float decay = 1.0f - lr * weight_decay_;
+    decay_ = 1.0f - lr * weight_decay_;
+  }
+  void update(size_t k, int64_t begin, int64_t end) override {
+    const float lr_t = lr_t_, decay = decay_, eps = epsilon_;
     const float one_minus_b1 = 1.0f - beta1_;
     const float one_minus_b2 = 1.0f - beta2_;
-    const float eps = epsilon_;
-    for (size_t k = 0; k < params.size(); ++k) {
-      float* var = params[k].value->data<float>();
-      const float* grad = params[k].grad->data<float>();
-      float* m = slots_.slot(k, 0).data<float>();
-      float* v = slots_.slot(k, 1).data<float>();
-      const int64_t n = params[k].value->numel();
-      if (weight_decay_ != 0.0f)
-        for (int64_t i = 0; i < n; ++i) var[i] *= decay;
-      for (int64_t i = 0; i < n; ++i) {
-        const float g = grad[i];
-        m[i] += (g - m[i]) * one_minus_b1;
-        v[i] += (g * g - v[i]) * one_minus_b2;
-        var[i] -= m[i] * lr_t / (std::sqrt(v[i]) + eps);
-      }
+    float* var = (*params_)[k].value->data<float>();
+    const float* grad = (*params_)[k].grad->data<float>();
+    float* m = slots_.slot(k, 0).data<float>();
+    float* v = slots_.slot(k, 1).data<float>();
+    if (weight_decay_ != 0.0f)
+      for (int64_t i = begin; i < end; ++i) var[i] *= decay;
+    for (int64_t i = begin; i < end; ++i) {
+      const float g = grad[i];
+      m[i] += (g - m[i]) * one_minus_b1;
+      v[i] += (g * g - v[i]) * one_minus_b2;
+      var[i] -= m[i] * lr_t / (std::sqrt(v[i]) + eps);
     }
   }
   std::vector<std::pair<std::string, Tensor*>> slots() override { return slots_.named(); }
@@ -56,6 +56,8 @@ class Adam final : public Optimizer {
   float beta1_, beta2_, epsilon_, weight_decay_;
   bool adamw_;
   detail::SlotSet slots_{{"m", "v"}};
+  const std::vector<Param>* params_ = nullptr;
+  float lr_t_ = 0, decay_ = 1;  // of the step under way
 };
 
 }  // namespace

@@ -30,13 +30,22 @@ float ExponentialMovingAverage::decay_at(int64_t num_updates) const {
 
 void ExponentialMovingAverage::update(int64_t num_updates) {
   const float one_minus_decay = 1.0f - decay_at(num_updates);
-  for (size_t k = 0; k < shadows_.size(); ++k) {
-    TOWER_CHECK(variables_[k]->shape() == shadows_[k].shape());
-    float* shadow = shadows_[k].data<float>();
-    const float* var = variables_[k]->data<float>();
-    const int64_t n = shadows_[k].numel();
-    for (int64_t i = 0; i < n; ++i) shadow[i] -= (shadow[i] - var[i]) * one_minus_decay;
-  }
+  for (size_t k = 0; k < shadows_.size(); ++k)
+    update_range(k, 0, shadows_[k].numel(), one_minus_decay);
+}
+
+void ExponentialMovingAverage::update_range(size_t index, int64_t begin, int64_t end,
+                                            float one_minus_decay) {
+  TOWER_CHECK(index < shadows_.size() && begin >= 0 && end <= shadows_[index].numel());
+  float* shadow = shadows_[index].data<float>();
+  const float* var = variables_[index]->data<float>();
+  for (int64_t i = begin; i < end; ++i) shadow[i] -= (shadow[i] - var[i]) * one_minus_decay;
+}
+
+size_t ExponentialMovingAverage::index_of(const std::string& variable) const {
+  auto it = index_.find(variable);
+  if (it == index_.end()) fail("no moving average of the variable '{}'", variable);
+  return it->second;
 }
 
 const Tensor& ExponentialMovingAverage::shadow(const std::string& variable) const {

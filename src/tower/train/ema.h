@@ -25,6 +25,11 @@ class ExponentialMovingAverage {
   void init(const std::vector<std::pair<std::string, const Tensor*>>& variables);
   // After an optimizer step; `num_updates` counts the updates done so far, this one included.
   void update(int64_t num_updates);
+  // The same for elements [begin, end) of variable `index` (init() order) alone, with
+  // one_minus_decay = 1 - decay_at(num_updates): update() in pieces, for a caller that averages
+  // each piece of a variable right after the optimizer wrote it (while it is in cache).
+  void update_range(size_t index, int64_t begin, int64_t end, float one_minus_decay);
+  size_t index_of(const std::string& variable) const;  // its init() position; Error if none
   // The decay update(num_updates) uses.
   float decay_at(int64_t num_updates) const;
 

@@ -9,24 +9,25 @@ class Momentum final : public Optimizer {
  public:
   Momentum(float momentum, bool nesterov) : momentum_(momentum), nesterov_(nesterov) {}
   void init(const std::vector<Param>& params) override { slots_.init(params); }
-  void apply(const std::vector<Param>& params, float lr, int64_t step) override {
+  void start_step(const std::vector<Param>& params, float lr, int64_t step) override {
     init(params);
-    const float m = momentum_;
-    for (size_t k = 0; k < params.size(); ++k) {
-      float* var = params[k].value->data<float>();
-      const float* grad = params[k].grad->data<float>();
-      float* accum = slots_.slot(k, 0).data<float>();
-      const int64_t n = params[k].value->numel();
-      if (nesterov_) {
-        for (int64_t i = 0; i < n; ++i) {
-          accum[i] = accum[i] * m + grad[i];
-          var[i] -= grad[i] * lr + accum[i] * m * lr;
-        }
-      } else {
-        for (int64_t i = 0; i < n; ++i) {
-          accum[i] = accum[i] * m + grad[i];
-          var[i] -= accum[i] * lr;
-        }
+    params_ = &params;
+    lr_ = lr;
+  }
+  void update(size_t k, int64_t begin, int64_t end) override {
+    const float m = momentum_, lr = lr_;
+    float* var = (*params_)[k].value->data<float>();
+    const float* grad = (*params_)[k].grad->data<float>();
+    float* accum = slots_.slot(k, 0).data<float>();
+    if (nesterov_) {
+      for (int64_t i = begin; i < end; ++i) {
+        accum[i] = accum[i] * m + grad[i];
+        var[i] -= grad[i] * lr + accum[i] * m * lr;
+      }
+    } else {
+      for (int64_t i = begin; i < end; ++i) {
+        accum[i] = accum[i] * m + grad[i];
+        var[i] -= accum[i] * lr;
       }
     }
   }
@@ -37,6 +38,8 @@ class Momentum final : public Optimizer {
   float momentum_;
   bool nesterov_;
   detail::SlotSet slots_{{"Momentum"}};
+  const std::vector<Param>* params_ = nullptr;
+  float lr_ = 0;
 };
 
 }  // namespace

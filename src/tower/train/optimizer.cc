@@ -1,5 +1,6 @@
 #include "tower/train/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "tower/core/thread_pool.h"
@@ -103,7 +104,15 @@ DataParallelOptimizer::DataParallelOptimizer(DataParallel& dp, const OptimizerCo
   }
 }
 
-void DataParallelOptimizer::apply(float lr, int64_t step, float clip_norm, ThreadPool* pool) {
+void Optimizer::apply(const std::vector<Param>& params, float lr, int64_t step) {
+  start_step(params, lr, step);
+  for (size_t k = 0; k < params.size(); ++k) update(k, 0, params[k].value->numel());
+}
+
+void DataParallelOptimizer::apply(float lr, int64_t step, float clip_norm, ThreadPool* pool,
+                                  const RangeFn& after_range) {
+  // Blocks of 32 KB per tensor: the variable, its gradient and slots, and a shadow stay in L2.
+  constexpr int64_t kBlock = 8192;
   auto update = [&](int64_t r) {
     const std::vector<Param>& params = params_[static_cast<size_t>(r)];
     if (clip_norm > 0) {
@@ -111,7 +120,14 @@ void DataParallelOptimizer::apply(float lr, int64_t step, float clip_norm, Threa
       for (const Param& p : params) grads.push_back(const_cast<Tensor*>(p.grad));
       clip_by_global_norm(grads, clip_norm);
     }
-    optimizers_[static_cast<size_t>(r)]->apply(params, lr, step);
+    Optimizer& optimizer = *optimizers_[static_cast<size_t>(r)];
+    if (r != 0 || !after_range) return optimizer.apply(params, lr, step);
+    optimizer.start_step(params, lr, step);
+    for (size_t k = 0; k < params.size(); ++k)
+      for (int64_t b = 0, n = params[k].value->numel(); b < n; b += kBlock) {
+        optimizer.update(k, b, std::min(b + kBlock, n));
+        after_range(k, b, std::min(b + kBlock, n));
+      }
   };
   if (pool != nullptr)
     pool->parallel_for(num_replicas(), update);

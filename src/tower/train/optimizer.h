@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -43,7 +44,12 @@ class Optimizer {
   virtual void init(const std::vector<Param>& params) = 0;
   // One update of every param; `step` is the number of updates done before this one. The params
   // must be the ones (same names, order and shapes) of the first init()/apply().
-  virtual void apply(const std::vector<Param>& params, float lr, int64_t step) = 0;
+  void apply(const std::vector<Param>& params, float lr, int64_t step);
+  // The same update in pieces, so that a caller may do more with each piece while it is in cache
+  // (the moving average): start_step() once, then update() over every element of every param,
+  // each element once, in any order. `params` must live until the last update() of the step.
+  virtual void start_step(const std::vector<Param>& params, float lr, int64_t step) = 0;
+  virtual void update(size_t param, int64_t begin, int64_t end) = 0;
   // Slot tensors named "<param name>/<slot name>" in param order, for checkpoints: writing into
   // them restores the optimizer exactly. Empty before init().
   virtual std::vector<std::pair<std::string, Tensor*>> slots() = 0;
@@ -67,8 +73,12 @@ class DataParallelOptimizer {
  public:
   DataParallelOptimizer(DataParallel& dp, const OptimizerConfig& config);
   // One update of every replica, the gradients first clipped to a global norm of `clip_norm`
-  // when > 0 (clip.h); replicas side by side on `pool` when given.
-  void apply(float lr, int64_t step, float clip_norm = 0, ThreadPool* pool = nullptr);
+  // when > 0 (clip.h); replicas side by side on `pool` when given. `after_range(param, begin,
+  // end)`, when given, runs on replica 0 after each block of a param is updated, while the block
+  // is in cache (the moving average, in the same pass).
+  using RangeFn = std::function<void(size_t param, int64_t begin, int64_t end)>;
+  void apply(float lr, int64_t step, float clip_norm = 0, ThreadPool* pool = nullptr,
+             const RangeFn& after_range = {});
   const std::vector<Param>& params(int replica = 0) const {
     return params_[static_cast<size_t>(replica)];
   }

@@ -227,6 +227,8 @@ class Run {
       std::vector<std::pair<std::string, const Tensor*>> vars;
       for (const auto& v : dp_->trainable()) vars.push_back({v.name, &dp_->replica(0).get(v.name)});
       ema_->init(vars);
+      for (const Param& param : towers_.optimizer->params(0))
+        ema_index_.push_back(ema_->index_of(param.name));
     }
     update_pool_ = std::make_unique<ThreadPool>(dp_->num_replicas() - 1);
   }
@@ -332,10 +334,6 @@ class Run {
     }
     const float lr = update(step_);
     ++step_;
-    if (ema_) {
-      trace::Slice slice("step", "moving average");
-      ema_->update(step_);
-    }
     ++window_steps_;
     window_accuracy_ += out.metrics[1];
     result_.last_loss = out.loss;
@@ -366,10 +364,19 @@ class Run {
                   static_cast<long long>(step_));
   }
 
+  // The optimizer, and the moving average in the same pass (update number step + 1): each block of
+  // a variable is averaged right after the optimizer wrote it, while it is in cache.
   float update(int64_t step) {
     trace::Slice slice("step", "optimizer");
     const float lr = schedule_->lr(step);
-    towers_.optimizer->apply(lr, step, config_.clip_norm, update_pool_.get());
+    DataParallelOptimizer::RangeFn average;
+    if (ema_) {
+      const float one_minus_decay = 1.0f - ema_->decay_at(step + 1);
+      average = [&](size_t param, int64_t begin, int64_t end) {
+        ema_->update_range(ema_index_[param], begin, end, one_minus_decay);
+      };
+    }
+    towers_.optimizer->apply(lr, step, config_.clip_norm, update_pool_.get(), average);
 #ifndef NDEBUG
     TOWER_CHECK_MSG(dp_->replicas_identical(), "replicas diverged at step {}", step);
 #endif
@@ -534,6 +541,7 @@ class Run {
   DataParallel* dp_ = nullptr;
   std::unique_ptr<LrSchedule> schedule_;
   std::unique_ptr<ExponentialMovingAverage> ema_;
+  std::vector<size_t> ema_index_;  // per optimizer param (replica 0): its moving average
   std::unique_ptr<ThreadPool> update_pool_;
   std::optional<MetricsLog> metrics_;
   std::unique_ptr<EventWriter> events_;

@@ -2,13 +2,8 @@
 
 #include <unistd.h>
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cstdlib>
-#include <deque>
-#include <map>
-#include <mutex>
 
 #include "tower/core/allocator.h"
 #include "tower/core/trace.h"

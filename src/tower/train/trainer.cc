@@ -372,7 +372,7 @@ class Run {
     DataParallelOptimizer::RangeFn average;
     if (ema_) {
       const float one_minus_decay = 1.0f - ema_->decay_at(step + 1);
-      average = [&](size_t param, int64_t begin, int64_t end) {
+      average = [this, one_minus_decay](size_t param, int64_t begin, int64_t end) {
         ema_->update_range(ema_index_[param], begin, end, one_minus_decay);
       };
     }

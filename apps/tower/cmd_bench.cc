@@ -229,7 +229,9 @@ void run_bench(Flags flags) {
              {"comm_ms", mean.comm_seconds * 1e3},
              {"reduce_wait_ms", mean.finish_wait_seconds * 1e3},
              {"reduce_wait_share", mean.finish_wait_seconds / seconds},
-             {"contended_runs", dp.program(0).stats().contended_runs}};
+             {"contended_runs", dp.program(0).stats().contended_runs},
+             {"fused_nodes", dp.program(0).stats().fused_nodes},
+             {"reorders", dp.program(0).stats().reorders}};
   } else {
     Graph graph;
     Scope scope(graph);
@@ -248,7 +250,9 @@ void run_bench(Flags flags) {
     seconds = median_seconds_per_step(flags, [&] { program.run(); });
     if (flags.profile) print_profile(flags, program, [&] { program.run(); });
     flops = graph_flops(graph);
-    extra = {{"contended_runs", program.stats().contended_runs}};
+    extra = {{"contended_runs", program.stats().contended_runs},
+             {"fused_nodes", program.stats().fused_nodes},
+             {"reorders", program.stats().reorders}};
   }
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);

@@ -65,5 +65,22 @@ TEST(BenchCliTest, BatchSizeIsPerTowerAsInTrainAndGlobalBatchSizeIsTheStep) {
       << both.output;
 }
 
+// --no_fusion and --plain_layouts reach the programs, and so do the variables the CLI takes in
+// their place (TOWER_FUSION=off, TOWER_LAYOUTS=plain): the JSON line's program statistics.
+TEST(BenchCliTest, FusionAndLayoutSwitchesReachThePrograms) {
+  auto json_of = [](const std::string& env, const std::string& flags) {
+    const auto r =
+        run_command(env + tower_binary() + " bench --model cifar10 --mode " +
+                    "train --global_batch_size 16 --threads 1 --steps 1 --windows 1 " + flags);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return nlohmann::json::parse(r.output.substr(r.output.rfind("{\"")));
+  };
+  EXPECT_GT(json_of("", "").at("fused_nodes").get<int>(), 0);
+  EXPECT_EQ(json_of("", "--no_fusion").at("fused_nodes"), 0);
+  EXPECT_EQ(json_of("TOWER_FUSION=off ", "").at("fused_nodes"), 0);
+  EXPECT_EQ(json_of("TOWER_LAYOUTS=plain ", "").at("reorders"),
+            json_of("", "--plain_layouts").at("reorders"));
+}
+
 }  // namespace
 }  // namespace tower

@@ -133,10 +133,7 @@ void run_eval(Flags& flags) {
 CommandRegistrar registrar{
     {"eval", "Evaluate checkpoints on the test set", [](CLI::App& app) {
        static Flags flags;
-       app.add_option("--train_dir", flags.config.train_dir, "Where the checkpoints are")
-           ->capture_default_str();
-       app.add_option("--checkpoint", flags.config.checkpoint,
-                      "A checkpoint prefix (default: the latest)");
+       add_checkpoint_flags(app, flags.config.train_dir, flags.config.checkpoint);
        app.add_option("--model", flags.config.model,
                       "Evaluate the --checkpoint tensors file alone as this model (a file "
                       "written by another tool: no state file needed)");

@@ -38,10 +38,7 @@ void run_export(const Flags& flags) {
 CommandRegistrar registrar{
     {"export", "Export a trained model (ONNX, preprocessing included)", [](CLI::App& app) {
        static Flags flags;
-       app.add_option("--train_dir", flags.config.train_dir, "Where the checkpoints are")
-           ->capture_default_str();
-       app.add_option("--checkpoint", flags.config.checkpoint,
-                      "A checkpoint (default: the latest in --train_dir)");
+       add_checkpoint_flags(app, flags.config.train_dir, flags.config.checkpoint);
        app.add_option("--out", flags.config.out, "The file to write")->capture_default_str();
        app.add_option("--format", flags.format, "onnx")->capture_default_str();
        app.add_option("--input_type", flags.input_type,

@@ -60,10 +60,7 @@ CommandRegistrar registrar{
     {"predict", "Classify image files with a trained model", [](CLI::App& app) {
        static Flags flags;
        app.add_option("images", flags.images, "JPEG or PNG files, or folders of them")->required();
-       app.add_option("--train_dir", flags.config.train_dir, "Where the checkpoints are")
-           ->capture_default_str();
-       app.add_option("--checkpoint", flags.config.checkpoint,
-                      "A checkpoint (default: the latest in --train_dir)");
+       add_checkpoint_flags(app, flags.config.train_dir, flags.config.checkpoint);
        app.add_option("--top_k", flags.top_k, "Classes printed per image")
            ->capture_default_str()
            ->check(CLI::Range(1, 1000000));

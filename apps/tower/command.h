@@ -43,4 +43,13 @@ inline CLI::Validator number_above(double bound, bool inclusive) {
 inline const CLI::Validator positive = number_above(0, false);
 inline const CLI::Validator non_negative = number_above(0, true);
 
+// --train_dir and --checkpoint of the sub-commands that read a trained model (eval, export,
+// predict; train/inference.h resolves them).
+inline void add_checkpoint_flags(CLI::App& app, std::string& train_dir, std::string& checkpoint) {
+  app.add_option("--train_dir", train_dir, "Where the checkpoints are")->capture_default_str();
+  app.add_option("--checkpoint", checkpoint,
+                 "A checkpoint: its prefix, or its name or step in --train_dir (default: the "
+                 "latest)");
+}
+
 }  // namespace tower::cli

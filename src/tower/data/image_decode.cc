@@ -194,4 +194,11 @@ void fit_image(const DecodedImage& image, int64_t height, int64_t width, uint8_t
       }
 }
 
+void decode_to_size(std::span<const uint8_t> bytes, const std::string& file, int64_t channels,
+                    int64_t height, int64_t width, uint8_t* out) {
+  DecodedImage image = decode_image(bytes, file);
+  if (image.channels != channels) image = convert_channels(image, channels);
+  fit_image(image, height, width, out);
+}
+
 }  // namespace tower

@@ -24,6 +24,11 @@ DecodedImage decode_image(std::span<const uint8_t> bytes, const std::string& fil
 // integer weights, RGB from grey by repeating it, alpha dropped.
 DecodedImage convert_channels(const DecodedImage& image, int64_t channels);
 
+// A file's bytes as a data set's image: decoded, brought to `channels` (convert_channels) and to
+// height x width (fit_image), written as CHW planes to `out`. Errors name `file`.
+void decode_to_size(std::span<const uint8_t> bytes, const std::string& file, int64_t channels,
+                    int64_t height, int64_t width, uint8_t* out);
+
 // The image brought to height x width: resized so that it covers the size (its shorter side,
 // relative to the target's, fits), then its centre cropped. Unchanged when it already has the
 // size. Writes CHW planes (the data sets' layout) to `out` (channels * height * width bytes).

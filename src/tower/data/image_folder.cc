@@ -262,9 +262,8 @@ Dataset decode_entries(const std::string& dir, const std::string& what,
       const FolderEntry& e = entries[static_cast<size_t>(i)];
       const std::string file = (fs::path(dir) / e.path).string();
       try {
-        DecodedImage image = decode_image(read_small_file(file, e.bytes), file);
-        if (image.channels != shape[0]) image = convert_channels(image, shape[0]);
-        fit_image(image, shape[1], shape[2], pixels + i * image_bytes);
+        decode_to_size(read_small_file(file, e.bytes), file, shape[0], shape[1], shape[2],
+                       pixels + i * image_bytes);
       } catch (const std::exception& err) {
         errors[static_cast<size_t>(i)] = err.what();
       }

@@ -202,7 +202,7 @@ void CompiledProgram::mark_deferrable() {
       options.contention == ProgramOptions::Contention::off)
     return;
   for (Step& step : steps)
-    if ((step.tasks = step.kernel->tasks()) < 1) return;  // a kernel needs the team
+    if ((step.schedule.tasks = step.kernel->tasks()) < 1) return;  // a kernel needs the team
   taskable = true;
   std::vector<std::vector<int>> readers(buffers.size());
   std::vector<int> producer(buffers.size(), -1);
@@ -215,23 +215,24 @@ void CompiledProgram::mark_deferrable() {
     for (int b : versions.at(key(f))) fetched[static_cast<size_t>(b)] = 1;
   for (size_t p = steps.size(); p-- > 0;) {  // readers come later
     Step& step = steps[p];
-    step.deferrable =
+    step.schedule.deferrable =
         !step.outputs.empty() && std::all_of(step.outputs.begin(), step.outputs.end(), [&](int b) {
           const auto& r = readers[static_cast<size_t>(b)];
           return (fetched[static_cast<size_t>(b)] || !r.empty()) &&
-                 std::all_of(r.begin(), r.end(),
-                             [&](int q) { return steps[static_cast<size_t>(q)].deferrable; });
+                 std::all_of(r.begin(), r.end(), [&](int q) {
+                   return steps[static_cast<size_t>(q)].schedule.deferrable;
+                 });
         });
   }
   for (size_t p = 0; p < steps.size(); ++p) {
     Step& step = steps[p];
-    if (!step.deferrable) continue;
+    if (!step.schedule.deferrable) continue;
     ++stats.deferrable;
     for (int b : step.inputs)
       if (const int q = producer[static_cast<size_t>(b)];
-          q >= 0 && steps[static_cast<size_t>(q)].deferrable) {
-        steps[static_cast<size_t>(q)].deferred_readers.push_back(static_cast<int>(p));
-        ++step.deferred_inputs;
+          q >= 0 && steps[static_cast<size_t>(q)].schedule.deferrable) {
+        steps[static_cast<size_t>(q)].schedule.deferred_readers.push_back(static_cast<int>(p));
+        ++step.schedule.deferred_inputs;
       }
   }
 }

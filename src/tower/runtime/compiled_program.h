@@ -15,6 +15,7 @@
 #include "tower/kernels/kernel.h"
 #include "tower/runtime/memory_plan.h"
 #include "tower/runtime/program.h"
+#include "tower/runtime/scheduler.h"
 #include "tower/runtime/variable_store.h"
 
 namespace tower {
@@ -38,11 +39,8 @@ struct CompiledProgram {
     std::unique_ptr<Kernel> kernel;
     std::vector<int> inputs, outputs;  // buffer indices
     KernelIO io;
-    std::vector<int> ready_fetches;     // fetch indices completed by this step
-    bool deferrable = false;            // off the critical path (mark_deferrable)
-    std::vector<int> deferred_readers;  // deferrable steps that read an output (one per input)
-    int deferred_inputs = 0;            // inputs written by deferrable steps
-    int tasks = 1;                      // Kernel::tasks()
+    std::vector<int> ready_fetches;  // fetch indices completed by this step
+    TaskStep schedule;  // its tasks and deferral, as contended mode's scheduler takes them
   };
   ProgramOptions options;
   void* stream = nullptr;  // a GPU's in-order queue for this program's kernels

@@ -202,8 +202,7 @@ Program::Program(const Graph& graph, std::vector<Value> fetches, VariableStore& 
   m.compile(graph, variables, extra_targets);
   if (m.contendable_plan()) {
     std::vector<TaskStep> tasks;
-    for (const Impl::Step& s : m.steps)
-      tasks.push_back({s.tasks, s.deferrable, s.deferred_readers, s.deferred_inputs});
+    for (const Impl::Step& s : m.steps) tasks.push_back(s.schedule);
     m.scheduler = std::make_unique<TaskScheduler>(
         std::move(tasks), m, m.group != nullptr ? &m.group->tasks : nullptr, options.group_member);
   }

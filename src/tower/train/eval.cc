@@ -7,7 +7,6 @@
 #include "tower/io/safetensors.h"
 #include "tower/models/model.h"
 #include "tower/models/model_file.h"
-#include "tower/parallel/data_parallel.h"
 #include "tower/train/evaluator.h"
 #include "tower/train/inference.h"
 #include "tower/train/training_state.h"
@@ -81,20 +80,16 @@ EvalResult evaluate_checkpoint(const EvalConfig& config) {
   if (spec.format == DatasetFormat::folder && state.image_shape.rank() == 3)
     spec.image_shape = state.image_shape;  // the size the run trained on (--image_size)
   auto test_set = std::make_shared<const Dataset>(open_dataset(spec, Split::test));
-  const std::string augmentation =
-      state.augmentation.empty() ? model.recipe.augmentation : state.augmentation;
-  const int threads =
-      select_devices({.num_devices = 1, .threads = config.num_threads}, world()).cores;
+  const int threads = inference_threads(config.num_threads);
   const bool ema = config.use_ema && state.ema;
   EvalResult result;
   result.step = checkpoint.data.step;
   result.checkpoint = checkpoint.data.prefix;
   result.key = eval_key(ema, other_data ? data : std::string());
   try {
-    Evaluator evaluator(
-        state.run.model, test_set,
-        input_transforms(augmentation, model.default_input, test_set->image_shape()).eval,
-        config.batch_size, threads, config.precision);
+    Evaluator evaluator(state.run.model, test_set,
+                        eval_transform(state, model, test_set->image_shape()), config.batch_size,
+                        threads, config.precision);
     result.examples = evaluator.examples();
     result.class_names =
         !other_data && state.classes.size() == static_cast<size_t>(test_set->num_classes)

@@ -30,6 +30,18 @@ std::vector<int64_t> pads_of(const Shape& x, std::array<int64_t, 2> kernel,
   return {h.before, w.before, h.after, w.after};
 }
 
+// An initializer added to `onnx`; returns its name, for the node that reads it.
+std::string floats(OnnxModel& onnx, const std::string& name, const std::vector<int64_t>& dims,
+                   const std::vector<float>& values) {
+  onnx.add_initializer(name, dims, std::span<const float>(values));
+  return name;
+}
+std::string ints(OnnxModel& onnx, const std::string& name, const std::vector<int64_t>& values) {
+  onnx.add_initializer(name, {static_cast<int64_t>(values.size())},
+                       std::span<const int64_t>(values));
+  return name;
+}
+
 // The translation of one graph into ONNX nodes, node by node in graph order.
 class Emitter {
  public:
@@ -89,17 +101,6 @@ class Emitter {
   }
   bool is_variable(Value v) const { return v.node->op == "Variable"; }
 
-  std::string constant(const std::string& name, const std::vector<int64_t>& dims,
-                       std::vector<float> values) {
-    onnx_.add_initializer(name, dims, std::span<const float>(values));
-    return name;
-  }
-  std::string ints(const std::string& name, std::vector<int64_t> values) {
-    onnx_.add_initializer(name, {static_cast<int64_t>(values.size())},
-                          std::span<const int64_t>(values));
-    return name;
-  }
-
   // The ONNX name of an input value, adding the initializer of a variable or constant once.
   std::string in(Value v) {
     const Node& n = *v.node;
@@ -114,8 +115,8 @@ class Emitter {
     }
     if (n.op == "Constant" && initialized_.insert(n.name).second) {
       const ConstantAttrs& a = n.attr<ConstantAttrs>();
-      constant(n.name, a.spec.shape.dims(),
-               std::vector<float>(static_cast<size_t>(a.spec.shape.numel()), a.value));
+      floats(onnx_, n.name, a.spec.shape.dims(),
+             std::vector<float>(static_cast<size_t>(a.spec.shape.numel()), a.value));
     }
     return name_of(v);
   }
@@ -138,9 +139,9 @@ class Emitter {
       return simple(op, n, {in(n.inputs[0]), in(n.inputs[1])});
     if (op == "Square") return simple("Mul", n, {in(n.inputs[0]), in(n.inputs[0])});
     if (op == "Scale")
-      return simple(
-          "Mul", n,
-          {in(n.inputs[0]), constant(n.name + "/factor", {}, {n.attr<ops::ScaleAttrs>().factor})});
+      return simple("Mul", n,
+                    {in(n.inputs[0]),
+                     floats(onnx_, n.name + "/factor", {}, {n.attr<ops::ScaleAttrs>().factor})});
     if (op == "AddN") {
       std::vector<std::string> inputs;
       for (Value v : n.inputs) inputs.push_back(in(v));
@@ -202,8 +203,8 @@ class Emitter {
           folded_w[o * per + i] = static_cast<float>(w[o * per + i] * s);
         folded_b[o] = static_cast<float>(((b ? b[o] : 0.0) - mean[o]) * s + beta[o]);
       }
-      inputs.push_back(constant(n.name + "/folded_weights", w_shape.dims(), std::move(folded_w)));
-      inputs.push_back(constant(n.name + "/folded_bias", {k}, std::move(folded_b)));
+      inputs.push_back(floats(onnx_, n.name + "/folded_weights", w_shape.dims(), folded_w));
+      inputs.push_back(floats(onnx_, n.name + "/folded_bias", {k}, folded_b));
       ++folded_;
     }
     if (bias) done_.insert(bias);
@@ -215,8 +216,8 @@ class Emitter {
     const Value b = n.inputs[1];
     std::string bias = in(b);
     if (n.inputs[0].shape().rank() == 4) {  // (C) along axis 1 of NCHW: as (C, 1, 1)
-      onnx_.add_node("Unsqueeze", {bias, ints(n.name + "/axes", {1, 2})}, {n.name + "/bias"}, {},
-                     n.name + "/Unsqueeze");
+      onnx_.add_node("Unsqueeze", {bias, ints(onnx_, n.name + "/axes", {1, 2})}, {n.name + "/bias"},
+                     {}, n.name + "/Unsqueeze");
       bias = n.name + "/bias";
     }
     simple("Add", n, {in(n.inputs[0]), bias});
@@ -242,7 +243,7 @@ class Emitter {
       if (k == 0) unsupported(n, "sums over the batch axis");
       axes.push_back(k);
     }
-    simple("ReduceSum", n, {in(n.inputs[0]), ints(n.name + "/axes", axes)},
+    simple("ReduceSum", n, {in(n.inputs[0]), ints(onnx_, n.name + "/axes", axes)},
            {{"keepdims", int64_t{a.keep_dims == ops::KeepDims::yes}}});
   }
 
@@ -253,7 +254,7 @@ class Emitter {
       unsupported(n, "changes the batch axis");
     std::vector<int64_t> shape = out.dims();
     shape[0] = 0;
-    simple("Reshape", n, {in(n.inputs[0]), ints(n.name + "/shape", shape)});
+    simple("Reshape", n, {in(n.inputs[0]), ints(onnx_, n.name + "/shape", shape)});
   }
 
   void matmul(const Node& n) {
@@ -308,15 +309,6 @@ std::string add_preprocessing(const TransformSpec& spec, const Shape& image, Onn
   if (spec.crop == Crop::random || spec.random_flip || spec.max_brightness_delta != 0 ||
       spec.min_contrast != 1 || spec.max_contrast != 1)
     fail("the evaluation preprocessing is random (crop, flip, brightness or contrast)");
-  auto scalar = [&](const std::string& name, float v) {
-    std::vector<float> one{v};
-    onnx.add_initializer(name, {}, std::span<const float>(one));
-    return name;
-  };
-  auto ints = [&](const std::string& name, const std::vector<int64_t>& v) {
-    onnx.add_initializer(name, {static_cast<int64_t>(v.size())}, std::span<const int64_t>(v));
-    return name;
-  };
   auto step = [&](const std::string& op, const std::string& out,
                   const std::vector<std::string>& inputs, const std::vector<OnnxAttr>& attrs = {}) {
     const std::string name = "preprocess/" + out;
@@ -330,24 +322,23 @@ std::string add_preprocessing(const TransformSpec& spec, const Shape& image, Onn
   int64_t h = image[1], w = image[2];
   if (spec.padding > 0) {
     const int64_t p = spec.padding;
-    x = step("Pad", "pad", {x, ints("preprocess/pads", {0, 0, p, p, 0, 0, p, p})});
+    x = step("Pad", "pad", {x, ints(onnx, "preprocess/pads", {0, 0, p, p, 0, 0, p, p})});
     h += 2 * p, w += 2 * p;
   }
   if (spec.crop == Crop::central) {
     const int64_t top = (h - spec.crop_height) / 2, left = (w - spec.crop_width) / 2;
     x = step("Slice", "crop",
-             {x, ints("preprocess/crop_starts", {top, left}),
-              ints("preprocess/crop_ends", {top + spec.crop_height, left + spec.crop_width}),
-              ints("preprocess/crop_axes", {2, 3})});
+             {x, ints(onnx, "preprocess/crop_starts", {top, left}),
+              ints(onnx, "preprocess/crop_ends", {top + spec.crop_height, left + spec.crop_width}),
+              ints(onnx, "preprocess/crop_axes", {2, 3})});
     h = spec.crop_height, w = spec.crop_width;
   }
-  if (spec.scale != 1) x = step("Mul", "scale", {x, scalar("preprocess/scale_factor", spec.scale)});
+  if (spec.scale != 1)
+    x = step("Mul", "scale", {x, floats(onnx, "preprocess/scale_factor", {}, {spec.scale})});
   if (!spec.mean.empty()) {
     const int64_t c = static_cast<int64_t>(spec.mean.size());
-    onnx.add_initializer("preprocess/mean", {c, 1, 1}, std::span<const float>(spec.mean));
-    onnx.add_initializer("preprocess/stddev", {c, 1, 1}, std::span<const float>(spec.stddev));
-    x = step("Sub", "centered", {x, "preprocess/mean"});
-    x = step("Div", "normalized", {x, "preprocess/stddev"});
+    x = step("Sub", "centered", {x, floats(onnx, "preprocess/mean", {c, 1, 1}, spec.mean)});
+    x = step("Div", "normalized", {x, floats(onnx, "preprocess/stddev", {c, 1, 1}, spec.stddev)});
   }
   if (spec.standardize) {  // (x - mean) / max(stddev, 1 / sqrt(numel)) over each whole image
     const std::vector<OnnxAttr> all{{"axes", std::vector<int64_t>{1, 2, 3}},
@@ -358,7 +349,7 @@ std::string add_preprocessing(const TransformSpec& spec, const Shape& image, Onn
         step("ReduceMean", "image_variance", {step("Mul", "squares", {d, d})}, all);
     const double numel = static_cast<double>(image[0] * h * w);
     const std::string floor =
-        scalar("preprocess/stddev_floor", static_cast<float>(1 / std::sqrt(numel)));
+        floats(onnx, "preprocess/stddev_floor", {}, {static_cast<float>(1 / std::sqrt(numel))});
     const std::string stddev =
         step("Max", "image_divisor", {step("Sqrt", "image_stddev", {var}), floor});
     x = step("Div", "standardized", {d, stddev});

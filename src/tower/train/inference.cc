@@ -7,6 +7,7 @@
 #include <cctype>
 #include <filesystem>
 
+#include "tower/parallel/data_parallel.h"
 #include "tower/train/evaluator.h"
 
 namespace tower {
@@ -75,6 +76,17 @@ const Tensor& checkpoint_weight(const TrainingCheckpoint& checkpoint, const std:
   return it->second;
 }
 
+TransformSpec eval_transform(const TrainingState& state, const ModelDef& model,
+                             const Shape& image) {
+  const std::string& augmentation =
+      state.augmentation.empty() ? model.recipe.augmentation : state.augmentation;
+  return input_transforms(augmentation, model.default_input, image).eval;
+}
+
+int inference_threads(int num_threads) {
+  return select_devices({.num_devices = 1, .threads = num_threads}, world()).cores;
+}
+
 InferenceModel open_inference_model(const std::string& train_dir, const std::string& checkpoint,
                                     bool use_ema) {
   InferenceModel m;
@@ -90,9 +102,7 @@ InferenceModel open_inference_model(const std::string& train_dir, const std::str
     if (m.image_shape.rank() != 3) m.image_shape = test.image_shape();
     if (m.classes.empty()) m.classes = test.class_names;
   }
-  const std::string augmentation =
-      state.augmentation.empty() ? m.model->recipe.augmentation : state.augmentation;
-  m.transform = input_transforms(augmentation, m.model->default_input, m.image_shape).eval;
+  m.transform = eval_transform(state, *m.model, m.image_shape);
   m.input_shape = transform_output_shape(m.transform, m.image_shape);
   return m;
 }

@@ -24,6 +24,13 @@ TrainingCheckpoint load_checkpoint_for_inference(const std::string& train_dir,
 const Tensor& checkpoint_weight(const TrainingCheckpoint& checkpoint, const std::string& variable,
                                 bool ema);
 
+// Eval's preprocessing of images of `image` (C, H, W) for a run's checkpoint: the evaluation
+// transform of the augmentation it trained with (its recipe's, for older checkpoints).
+TransformSpec eval_transform(const TrainingState& state, const ModelDef& model, const Shape& image);
+
+// The cores inference runs on: `num_threads`, or 0 for this process's share of the machine.
+int inference_threads(int num_threads);
+
 struct InferenceModel {
   TrainingCheckpoint checkpoint;
   const ModelDef* model = nullptr;

@@ -6,7 +6,6 @@
 
 #include "tower/data/file_io.h"
 #include "tower/data/image_decode.h"
-#include "tower/parallel/data_parallel.h"
 #include "tower/train/evaluator.h"
 
 namespace tower {
@@ -45,7 +44,7 @@ Predictor::Predictor(const PredictConfig& config) : impl_(std::make_unique<Impl>
     fail("--batch_size must be from 1 to 65536, got {}", config.batch_size);
   impl_->config = config;
   impl_->model = open_inference_model(config.train_dir, config.checkpoint, config.use_ema);
-  impl_->threads = select_devices({.num_devices = 1, .threads = config.num_threads}, world()).cores;
+  impl_->threads = inference_threads(config.num_threads);
 }
 
 Predictor::~Predictor() = default;
@@ -60,13 +59,13 @@ std::vector<Prediction> Predictor::predict(const std::vector<std::string>& files
   std::vector<size_t> good;
   for (size_t i = 0; i < files.size(); ++i) {
     out[i].file = files[i];
+    const size_t at = pixels.size();
+    pixels.resize(at + static_cast<size_t>(c * h * w));
     try {
-      const std::vector<uint8_t> bytes = read_file(files[i]);
-      const DecodedImage image = convert_channels(decode_image(bytes, files[i]), c);
-      pixels.resize(pixels.size() + static_cast<size_t>(c * h * w));
-      fit_image(image, h, w, pixels.data() + pixels.size() - c * h * w);
+      decode_to_size(read_file(files[i]), files[i], c, h, w, pixels.data() + at);
       good.push_back(i);
     } catch (const Error& e) {
+      pixels.resize(at);  // the good images stay packed
       out[i].error = e.what();
     }
   }

@@ -100,14 +100,14 @@ TEST_F(MicroBatchTest, Cifar10GetsTheSameBitsOnAnyNumberOfTowersAndRanks) {
 TEST_F(MicroBatchTest, ResumingOnAnotherLayoutFollowsTheStraightRunBitForBit) {
   TmpDir dirs;
   const std::string elastic = dirs / "elastic", straight = dirs / "straight";
-  auto a = train(lenet(), elastic, 1, 2, 50);
+  auto a = train(lenet(), elastic, 1, 2, 20);
   ASSERT_EQ(a.exit_code, 0) << a.output;
-  int64_t steps = 100;
+  int64_t steps = 40;
   auto b = train(lenet(), elastic, 1, 1, steps);
   ASSERT_EQ(b.exit_code, 0) << b.output;
   EXPECT_TRUE(contains(b.output, "resumed from")) << b.output;
   if (have_mpi()) {  // and on two ranks
-    steps = 150;
+    steps = 60;
     auto c = train(lenet(), elastic, 2, 2, steps);
     ASSERT_EQ(c.exit_code, 0) << c.output;
     EXPECT_TRUE(contains(c.output, "resumed from")) << c.output;

@@ -162,17 +162,15 @@ void run_bench(Flags flags) {
   const int cores = plan.cores;
   // --batch_size is per tower, as in `tower train`; --global_batch_size the whole step's.
   const int64_t towers = flags.mode == "train" ? static_cast<int64_t>(plan.devices.size()) : 1;
-  const int64_t ranks = flags.mode == "train" ? comm.size() : 1;
-  if (flags.batch_size > 0 && flags.global_batch_size > 0)
-    fail(
-        "--batch_size (per tower) and --global_batch_size (all towers and ranks) exclude each "
-        "other");
-  if (flags.batch_size > 0) flags.global_batch_size = flags.batch_size * towers * ranks;
-  if (flags.global_batch_size == 0) flags.global_batch_size = 128;
-  if (flags.global_batch_size % (towers * ranks) != 0)
-    fail("--global_batch_size {} must be a multiple of the {} tower{} x {} rank{}",
-         flags.global_batch_size, towers, towers == 1 ? "" : "s", ranks, ranks == 1 ? "" : "s");
-  const int64_t local_batch = flags.global_batch_size / ranks;
+  const int ranks = flags.mode == "train" ? comm.size() : 1;
+  const BatchPlan batches = plan_batches(
+      {.batch_size = flags.batch_size,
+       .global_batch_size =
+           flags.batch_size == 0 && flags.global_batch_size == 0 ? 128 : flags.global_batch_size,
+       .micro_batch_size = flags.mode == "train" ? flags.micro_batch_size : 0},
+      towers, ranks);
+  const int64_t local_batch = batches.local;
+  flags.global_batch_size = batches.global;
   std::vector<int64_t> dims = {local_batch};
   for (int64_t d : model.default_input.dims()) dims.push_back(d);
   Tensor images = random_images(Shape(dims));
@@ -208,7 +206,7 @@ void run_bench(Flags flags) {
     seconds = median_seconds_per_step(flags, train_step);
     // With micro-batches the graph is one micro-batch's, run local_batch / micro times per rank.
     flops = graph_flops(dp.graph()) * comm.size() *
-            (flags.micro_batch_size > 0 ? local_batch / flags.micro_batch_size : 1);
+            (batches.micro > 0 ? local_batch / batches.micro : 1);
     // Mean over the timed steps of: all work of the reducer threads, the time in cross-rank
     // collectives, and the part of the step spent waiting for the reduction after every tower had
     // finished its backward pass (what overlap did not hide).

@@ -16,7 +16,6 @@ struct Flags {
   TrainConfig config;
   std::string devices, strategy = "allreduce", model_file;
   ProgramFlags program;
-  int num_gpus = 0;
   CLI::App* app = nullptr;
 };
 
@@ -70,11 +69,6 @@ void run_train(Flags& flags) {
   }
   TrainConfig config = with_recipe(flags);
   if (!flags.devices.empty()) config.devices = parse_device_list(flags.devices);
-  if (flags.num_gpus > 0) {
-    if (!config.devices.empty() || config.num_devices > 0)
-      fail("--num_gpus cannot be combined with --devices or --num_devices");
-    for (int i = 0; i < flags.num_gpus; ++i) config.devices.push_back({DeviceKind::cuda, i});
-  }
   if (flags.app->count("--batch_size") > 0 && flags.app->count("--global_batch_size") > 0)
     fail("--batch_size (per tower) and --global_batch_size (per step) exclude each other");
   config.strategy = parse_strategy(flags.strategy);
@@ -125,7 +119,8 @@ CommandRegistrar registrar{
                       "Threads of all CPU towers together, split evenly (default: this rank's "
                       "share of the cores)")
            ->check(positive);
-       app.add_option("--num_gpus", flags.num_gpus, "Towers on cuda:0..N-1 (the classic flag)")
+       app.add_option("--num_gpus", flags.config.num_gpus,
+                      "Towers on cuda:0..N-1 (the classic flag)")
            ->check(positive);
        app.add_flag("--allow_soft_placement", c.allow_soft_placement,
                     "Place towers of missing GPUs on CPU devices instead of failing");

@@ -11,6 +11,7 @@
 
 #include "tower/core/thread_pool.h"
 #include "tower/graph/graph.h"
+#include "tower/parallel/devices.h"
 #include "tower/parallel/gradient_reducer.h"
 #include "tower/parallel/tree_reducer.h"
 #include "tower/runtime/program.h"
@@ -108,6 +109,9 @@ class DataParallel {
     void* copy_stream = nullptr;                 // GPU: input copies
     void* pinned = nullptr;                      // GPU: page-locked images then labels
   };
+  class Mode;  // how a step runs the towers: the classic towers or micro-batches
+  class ClassicTowers;
+  class MicroBatches;
   void check_devices(const DataParallelOptions& options);
   void build_graph(const Shape& example_shape, const TowerFn& tower_fn,
                    const DataParallelOptions& options);
@@ -115,56 +119,21 @@ class DataParallel {
   void compile_towers(const DataParallelOptions& options);
   void copy_inputs(Tower& t, Program& program, const Tensor& images, const Tensor& labels,
                    int64_t offset, int64_t rows);
-  void run_tower(Tower& t, int index, uint64_t step);
-  void run_micro_batches(Tower& t, int index, uint64_t step, const Tensor& images,
-                         const Tensor& labels);
   const Tensor& fetched(const Tower& t, int fetch) const;
+  float weight(const Tower& t) const;  // its share of the batch of all ranks
   Graph graph_;
   std::vector<VariableInfo> trainable_;
   std::vector<std::unique_ptr<VariableStore>> replicas_;
   std::vector<Tower> towers_;
+  std::unique_ptr<Mode> mode_;
   std::unique_ptr<GradientReducer> reducer_;
-  TreeReducer* tree_ = nullptr;             // reducer_ with micro-batches
   std::unique_ptr<Communicator> own_comm_;  // when the options gave none
   Communicator* comm_;
   int64_t global_batch_;
-  int64_t micro_batch_ = 0;
   bool staged_ = false;
   bool nccl_ = false;                       // GPU towers reducing with NCCL (builds with NCCL)
-  const void* prefetched_ = nullptr;        // the images prefetch() is copying
   int64_t steps_run_ = 0;                   // calls of step()
   std::vector<std::string> non_trainable_;  // variables the graph updates (moving averages)
 };
-
-// With several ranks on one machine each takes GPUs of its own: the cuda:N a rank asks for are
-// counted from local_rank * (the number of GPUs it asks for), so that `mpirun -np 8 tower train
-// --num_gpus 1` puts one rank on each of 8 GPUs. CPU devices are returned as they are.
-std::vector<Device> rank_devices(const std::vector<Device>& requested, int local_rank);
-
-// Resolves requested devices for this machine, for the rank with this local rank (rank_devices):
-// "cuda:N" that does not exist is an error, or with allow_soft_placement a CPU device (and a
-// warning line on stderr).
-std::vector<Device> resolve_devices(const std::vector<Device>& requested, bool allow_soft_placement,
-                                    int local_rank = 0);
-
-// How devices were asked for: the --devices, --num_devices and --threads flags.
-struct DeviceRequest {
-  std::vector<Device> devices;  // explicit (--devices); empty: num_devices logical CPU devices
-  int num_devices = 0;          // 0: one per core
-  int threads = 0;              // cores in all; 0: this rank's share of the machine
-  bool allow_soft_placement = false;
-  Precision precision = Precision::fp32;  // checked on every device chosen
-};
-struct DevicePlan {
-  std::vector<Device> devices;  // one tower each
-  std::vector<int> threads;     // per device
-  int cores = 0;                // in all
-};
-constexpr int kMaxTowersPerRank = 1024;
-// The one place where devices are chosen (train, eval, bench, the examples): checks that every
-// device exists (cpu:N up to the machine's logical devices, one per core; cuda:N through
-// resolve_devices) and that --num_devices is at most kMaxTowersPerRank; each error names the
-// flag. (parse_device_list refuses a device listed twice.)
-DevicePlan select_devices(const DeviceRequest& request, const Communicator& comm);
 
 }  // namespace tower

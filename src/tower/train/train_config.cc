@@ -90,15 +90,13 @@ void validate(const TrainConfig& c) {
   check_count("--micro_batch_size", c.micro_batch_size, 0, kMaxBatch);
   if ((c.global_batch_size > 0) != (c.micro_batch_size > 0))
     fail("--global_batch_size and --micro_batch_size go together: give both, or neither");
-  if (c.micro_batch_size > 0 && c.global_batch_size % c.micro_batch_size != 0)
-    fail("--global_batch_size {} must be a multiple of --micro_batch_size {}", c.global_batch_size,
-         c.micro_batch_size);
   check_count("--max_steps", c.max_steps, 0, kMaxSteps);
   check_number("--epochs", c.epochs, 0, 1e6, "a number of epochs from 0 to 1e6");
   if (c.max_steps == 0 && c.epochs <= 0)
     fail("nothing to train: give --max_steps N or --epochs E greater than 0");
   check_number("--bucket_mb", c.bucket_mb, 1.0 / 1024, 65536, "a size in MB from 1/1024 to 65536");
   check_count("--num_devices", c.num_devices, 0, kMaxTowersPerRank);
+  check_count("--num_gpus", c.num_gpus, 0, kMaxTowersPerRank);
   check_count("--num_threads", c.num_threads, 0, 4096);
   check_number("--lr", c.lr, 1e-30, 1e30, "a number > 0");
   check_number("--clip_norm", c.clip_norm, 0, 1e30, "a number >= 0 (0: no clipping)");

@@ -102,29 +102,16 @@ class Run {
     comm_.set_timeout(config_.comm_timeout);
     plan_ = select_devices({.devices = config_.devices,
                             .num_devices = config_.num_devices,
+                            .num_gpus = config_.num_gpus,
                             .threads = config_.num_threads,
                             .allow_soft_placement = config_.allow_soft_placement,
                             .precision = config_.program.precision},
                            comm_);
-    const auto towers = static_cast<int64_t>(plan_.devices.size());
-    if (config_.micro_batch_size > 0) {
-      const int64_t micro_batches = config_.global_batch_size / config_.micro_batch_size;
-      if (micro_batches % comm_.size() != 0)
-        fail(
-            "--global_batch_size {} is {} micro-batches of --micro_batch_size {}, which {} ranks "
-            "cannot share equally",
-            config_.global_batch_size, micro_batches, config_.micro_batch_size, comm_.size());
-      if (micro_batches / comm_.size() < towers)
-        fail(
-            "{} tower{} (--num_devices or --devices) but only {} micro-batches of "
-            "--micro_batch_size {} per rank: every tower needs at least one",
-            towers, towers == 1 ? "" : "s", micro_batches / comm_.size(), config_.micro_batch_size);
-      global_batch_ = config_.global_batch_size;
-      local_batch_ = global_batch_ / comm_.size();
-    } else {
-      local_batch_ = config_.batch_size * towers;
-      global_batch_ = local_batch_ * comm_.size();
-    }
+    const bool micro = config_.micro_batch_size > 0;
+    batches_ = plan_batches({.batch_size = micro ? 0 : config_.batch_size,
+                             .global_batch_size = config_.global_batch_size,
+                             .micro_batch_size = config_.micro_batch_size},
+                            static_cast<int64_t>(plan_.devices.size()), comm_.size());
   }
 
   // Both splits are opened (and so checked) before the first step.
@@ -141,16 +128,16 @@ class Run {
       test_set_ = std::make_shared<const Dataset>(open_dataset(spec_, Split::test));
     check_same_on_all_ranks(comm_, rank_fields(config_, plan_.devices.size(), *train_set_),
                             "flags");
-    if (config_.micro_batch_size > 0 && global_batch_ > train_set_->size())
+    if (config_.micro_batch_size > 0 && batches_.global > train_set_->size())
       fail("--global_batch_size {} is more than the {} examples of the training set {}",
-           global_batch_, train_set_->size(), train_set_->name);
-    if (global_batch_ > train_set_->size())
+           batches_.global, train_set_->size(), train_set_->name);
+    if (batches_.global > train_set_->size())
       fail(
           "{} tower{} (--num_devices or --devices) x --batch_size {}{} = {} examples per step, but "
           "the training set {} has {}: lower --batch_size or the number of towers",
           plan_.devices.size(), plan_.devices.size() == 1 ? "" : "s", config_.batch_size,
           comm_.size() > 1 ? fmt::format(" x {} ranks", comm_.size()) : std::string(),
-          global_batch_, train_set_->name, train_set_->size());
+          batches_.global, train_set_->name, train_set_->size());
   }
 
   // Rank 0 finds the checkpoint to resume from and tells the others where training stands. The
@@ -172,7 +159,7 @@ class Run {
     if (comm_.size() > 1)
       resume = nlohmann::json::parse(comm_.allgather(chief_ ? resume.dump() : "")[0]);
     PipelineOptions options;
-    options.batch_size = global_batch_;
+    options.batch_size = batches_.global;
     options.rank = comm_.rank();
     options.world_size = comm_.size();
     options.seed = config_.seed;
@@ -212,7 +199,7 @@ class Run {
     options.seed = config_.seed;
     options.program = config_.program;
     options.micro_batch = config_.micro_batch_size;
-    towers_ = tower::build_towers(model_, pipeline_->image_shape(), local_batch_,
+    towers_ = tower::build_towers(model_, pipeline_->image_shape(), batches_.local,
                                   train_set_->num_classes, options, config_.optimizer);
     dp_ = towers_.dp.get();
     if (config_.log_device_placement && chief_)
@@ -286,8 +273,8 @@ class Run {
         "training {} on {}: {}{} tower{} ({}), global batch {}{}, {} steps ({} per epoch)\n",
         config_.model, train_set_->name,
         comm_.size() > 1 ? fmt::format("{} ranks x ", comm_.size()) : "", towers,
-        towers == 1 ? "" : "s", strategy_name(config_.strategy), global_batch_,
-        micro > 0 ? fmt::format(" in {} micro-batches of {}", global_batch_ / micro, micro) : "",
+        towers == 1 ? "" : "s", strategy_name(config_.strategy), batches_.global,
+        micro > 0 ? fmt::format(" in {} micro-batches of {}", batches_.global / micro, micro) : "",
         total_steps_, steps_per_epoch_);
     std::fflush(stdout);
   }
@@ -399,7 +386,7 @@ class Run {
         static_cast<double>(step_) / static_cast<double>(steps_per_epoch_),
         static_cast<long long>(step_), static_cast<long long>(total_steps_), out.loss,
         100.0 * out.metrics[1], lr,
-        static_cast<double>((step_ - first_step_) * global_batch_) / elapsed,
+        static_cast<double>((step_ - first_step_) * batches_.global) / elapsed,
         done > 0 ? elapsed * (1 - done) / done : 0.0);
     if (last) std::printf("\n");
     std::fflush(stdout);
@@ -409,7 +396,7 @@ class Run {
   void log(const StepResult& out, float lr) {
     trace::Slice slice("hooks", "log and summaries");
     const double per_batch = seconds_since(window_start_) / static_cast<double>(window_steps_);
-    const double examples_per_sec = static_cast<double>(global_batch_) / per_batch;
+    const double examples_per_sec = static_cast<double>(batches_.global) / per_batch;
     // The loss is the cross-entropy plus the weight-decay terms, which can dwarf it (cifar10: 2.1
     // of weight decay under a cross-entropy of 0.01): both are shown. The accuracy is the mean of
     // the training batches since the last line.
@@ -529,7 +516,7 @@ class Run {
   const ModelDef& model_;
   int lock_fd_ = -1;  // the train dir's lock (rank 0), held while the run lasts
   DevicePlan plan_;
-  int64_t local_batch_ = 0, global_batch_ = 0;
+  BatchPlan batches_;
   DatasetSpec spec_;
   std::shared_ptr<const Dataset> train_set_, test_set_;
   InputTransforms transforms_;

@@ -28,6 +28,7 @@ struct TrainConfig {
   bool skip_bad_images = false;
   std::vector<Device> devices;  // empty: num_devices logical CPU devices
   int num_devices = 0;          // 0: one per core
+  int num_gpus = 0;             // > 0: cuda:0 .. cuda:num_gpus-1 (--num_gpus)
   int num_threads = 0;          // threads of all towers together; 0: this rank's share of the cores
   bool allow_soft_placement = false;
   bool log_device_placement = false;

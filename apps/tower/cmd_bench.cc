@@ -191,15 +191,16 @@ void run_bench(Flags flags) {
     options.bucket_bytes = static_cast<size_t>(flags.bucket_mb * (1 << 20));
     options.micro_batch = flags.micro_batch_size;
     // The towers and optimizers of `tower train` (plain SGD), on synthetic data.
-    Towers towers =
-        build_towers(model, model.default_input, local_batch, 10, options, OptimizerConfig{});
-    DataParallel& dp = *towers.dp;
+    std::unique_ptr<DataParallel> towers =
+        build_towers(model, model.default_input, local_batch, 10, options);
+    DataParallel& dp = *towers;
+    DataParallelOptimizer optimizer(dp, OptimizerConfig{});
     ThreadPool update_pool(dp.num_replicas() - 1);
     int64_t step = 0;
     std::vector<ReduceTrace> traces;
     auto train_step = [&] {
       dp.step(images, labels, static_cast<uint64_t>(step));
-      towers.optimizer->apply(0.01f, step, 0, &update_pool);
+      optimizer.apply(0.01f, step, 0, &update_pool);
       traces.push_back(dp.reducer().trace());
       ++step;
     };

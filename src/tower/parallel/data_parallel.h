@@ -82,8 +82,10 @@ class DataParallel {
   int num_replicas() const { return static_cast<int>(replicas_.size()); }
   Communicator& comm() { return *comm_; }
   VariableStore& replica(int r) { return *replicas_[static_cast<size_t>(r)]; }
+  const VariableStore& replica(int r) const { return *replicas_[static_cast<size_t>(r)]; }
   // The averaged gradient of trainable()[v] as seen by replica r, valid after step().
   Tensor& gradient(int r, int v) { return reducer_->result(r, v); }
+  const Tensor& gradient(int r, int v) const { return reducer_->result(r, v); }
   const GradientReducer& reducer() const { return *reducer_; }
   const Program& program(int tower) const { return *towers_[static_cast<size_t>(tower)].program; }
   Program& program(int tower) { return *towers_[static_cast<size_t>(tower)].program; }

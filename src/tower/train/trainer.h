@@ -90,15 +90,11 @@ std::vector<std::pair<std::string, std::string>> rank_fields(const TrainConfig& 
 // The data fields of a config (run_data_spec).
 DataOptions data_options(const TrainConfig& config);
 
-// A built-in model's towers with one optimizer per replica: the stage of train() that `tower
-// bench` reuses. Each tower fetches its total loss, then the cross-entropy and the accuracy.
-struct Towers {
-  std::unique_ptr<DataParallel> dp;
-  std::unique_ptr<DataParallelOptimizer> optimizer;  // every replica's
-};
-Towers build_towers(const ModelDef& model, const Shape& example_shape, int64_t batch,
-                    int num_classes, const DataParallelOptions& options,
-                    const OptimizerConfig& optimizer);
+// A built-in model's towers: the stage of train() that `tower bench` reuses. Each tower fetches
+// its total loss, then the cross-entropy and the accuracy.
+std::unique_ptr<DataParallel> build_towers(const ModelDef& model, const Shape& example_shape,
+                                           int64_t batch, int num_classes,
+                                           const DataParallelOptions& options);
 
 struct TrainResult {
   int64_t steps = 0;    // the step reached

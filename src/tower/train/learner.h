@@ -1,0 +1,63 @@
+// The part of a training run that the steps change and a checkpoint keeps: the towers (every
+// replica of the variables), one optimizer per replica, the moving average of the weights, and
+// the learning-rate schedule that drives the updates. train() runs one; so may a program of its
+// own (see examples/).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tower/core/thread_pool.h"
+#include "tower/io/checkpoint.h"
+#include "tower/parallel/data_parallel.h"
+#include "tower/train/ema.h"
+#include "tower/train/lr_schedule.h"
+#include "tower/train/optimizer.h"
+
+namespace tower {
+
+struct LearnerOptions {
+  std::string lr_schedule;  // parse_lr_schedule's spec
+  float lr = 0;
+  int64_t steps_per_epoch = 0, total_steps = 0;
+  float ema_decay = 0;  // 0: no moving average
+  float clip_norm = 0;  // > 0: clip the averaged gradients by global norm
+};
+
+class Learner {
+ public:
+  // `warning`: where a schedule warning goes (parse_lr_schedule), for the caller to print once.
+  Learner(std::unique_ptr<DataParallel> towers, const OptimizerConfig& optimizer,
+          const LearnerOptions& options, std::string* warning);
+
+  DataParallel& towers() { return *towers_; }
+  const DataParallel& towers() const { return *towers_; }
+  // Every tensor of the training state, named as in checkpoints: each variable, each optimizer
+  // slot and each moving average; of every replica, or of replica 0 alone (what is saved, since
+  // the replicas are equal bit for bit).
+  enum class Replicas { all, first };
+  std::vector<std::pair<std::string, Tensor*>> state_tensors(Replicas replicas);
+  // Copies a checkpoint's tensors into every replica; a missing tensor or another shape is an
+  // error naming the checkpoint.
+  void restore(const CheckpointData& checkpoint);
+  // The update of step `step` on every replica (the replicas side by side), with the moving
+  // average of each block of a variable right after the optimizer wrote it, while it is in cache
+  // (average number step + 1). Returns the learning rate it used.
+  float update(int64_t step);
+  // The weights to evaluate: the moving average where there is one, else replica 0's values.
+  const Tensor& eval_weight(const std::string& name) const;
+  bool averages() const { return ema_ != nullptr; }
+
+ private:
+  std::unique_ptr<DataParallel> towers_;
+  std::unique_ptr<DataParallelOptimizer> optimizer_;
+  std::unique_ptr<LrSchedule> schedule_;
+  std::unique_ptr<ExponentialMovingAverage> ema_;
+  std::vector<size_t> ema_index_;  // per optimizer param (replica 0): its moving average
+  float clip_norm_ = 0;
+  ThreadPool update_pool_;  // the replicas but the first
+};
+
+}  // namespace tower

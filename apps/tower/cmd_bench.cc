@@ -141,6 +141,99 @@ void run_allreduce_bench(const Flags& flags, Communicator& comm) {
                            .dump());
 }
 
+// What one bench run measured: seconds per step, floating-point operations per step, and the
+// fields of its mode for the JSON line.
+struct Measured {
+  double seconds = 0, flops = 0;
+  nlohmann::json extra = nlohmann::json::object();  // update() refuses a null
+};
+
+// The towers and optimizers of `tower train` (plain SGD), on synthetic data.
+Measured bench_train(const Flags& flags, const ModelDef& model, const DevicePlan& plan,
+                     const BatchPlan& batches, const Tensor& images, const Tensor& labels,
+                     Communicator& comm) {
+  const int64_t local_batch = batches.local;
+  Measured m;
+  DataParallelOptions options;
+  options.devices = plan.devices;
+  options.threads = plan.threads;
+  options.strategy = parse_strategy(flags.strategy);
+  options.seed = 1;
+  options.comm = &comm;
+  options.program = program_options(flags.program);
+  options.bucket_bytes = static_cast<size_t>(flags.bucket_mb * (1 << 20));
+  options.micro_batch = flags.micro_batch_size;
+  std::unique_ptr<DataParallel> towers =
+      build_towers(model, model.default_input, local_batch, 10, options);
+  DataParallel& dp = *towers;
+  DataParallelOptimizer optimizer(dp, OptimizerConfig{});
+  ThreadPool update_pool(dp.num_replicas() - 1);
+  int64_t step = 0;
+  std::vector<ReduceTrace> traces;
+  auto train_step = [&] {
+    dp.step(images, labels, static_cast<uint64_t>(step));
+    optimizer.apply(0.01f, step, 0, &update_pool);
+    traces.push_back(dp.reducer().trace());
+    ++step;
+  };
+  m.seconds = median_seconds_per_step(flags, train_step);
+  // With micro-batches the graph is one micro-batch's, run local_batch / micro times per rank.
+  m.flops =
+      graph_flops(dp.graph()) * comm.size() * (batches.micro > 0 ? local_batch / batches.micro : 1);
+  // Mean over the timed steps of: all work of the reducer threads, the time in cross-rank
+  // collectives, and the part of the step spent waiting for the reduction after every tower had
+  // finished its backward pass (what overlap did not hide).
+  ReduceTrace mean;
+  const size_t timed = static_cast<size_t>(flags.steps * flags.windows);
+  for (size_t i = traces.size() - timed; i < traces.size(); ++i) {
+    mean.reduce_seconds += traces[i].reduce_seconds / static_cast<double>(timed);
+    mean.comm_seconds += traces[i].comm_seconds / static_cast<double>(timed);
+    mean.finish_wait_seconds += traces[i].finish_wait_seconds / static_cast<double>(timed);
+  }
+  if (flags.profile) print_profile(flags, dp.program(0), train_step);
+  std::vector<Tensor> grads;
+  for (const auto& v : dp.trainable()) grads.emplace_back(v.value.shape(), DType::f32);
+  m.extra = {{"strategy", flags.strategy},
+             {"ranks", comm.size()},
+             {"bucket_bytes", bucket_sizes(grads, options.bucket_bytes)},
+             {"reduce_ms", mean.reduce_seconds * 1e3},
+             {"comm_ms", mean.comm_seconds * 1e3},
+             {"reduce_wait_ms", mean.finish_wait_seconds * 1e3},
+             {"reduce_wait_share", mean.finish_wait_seconds / m.seconds},
+             {"contended_runs", dp.program(0).stats().contended_runs},
+             {"fused_nodes", dp.program(0).stats().fused_nodes},
+             {"reorders", dp.program(0).stats().reorders}};
+  return m;
+}
+
+// The model's eval graph on one device with all the cores.
+Measured bench_infer(const Flags& flags, const ModelDef& model, const DevicePlan& plan,
+                     const Tensor& images) {
+  const int cores = plan.cores;
+  Measured m;
+  Graph graph;
+  Scope scope(graph);
+  Value x = scope.placeholder("images", images.shape());
+  ModelOutputs out = model.build(scope, x, 10, Mode::eval);
+  VariableStore vars;
+  vars.initialize(graph, 1);
+  const Device device = plan.devices[0];
+  VariableStore device_vars(device);
+  device_vars.copy_from(vars);
+  ProgramOptions options = program_options(flags.program);
+  options.device = device;
+  options.num_threads = cores;
+  Program program(graph, {out.logits}, device_vars, options);
+  program.input(x).copy_from(images);
+  m.seconds = median_seconds_per_step(flags, [&] { program.run(); });
+  if (flags.profile) print_profile(flags, program, [&] { program.run(); });
+  m.flops = graph_flops(graph);
+  m.extra = {{"contended_runs", program.stats().contended_runs},
+             {"fused_nodes", program.stats().fused_nodes},
+             {"reorders", program.stats().reorders}};
+  return m;
+}
+
 void run_bench(Flags flags) {
   Communicator& comm = world();
   if (flags.mode == "allreduce") return run_allreduce_bench(flags, comm);
@@ -178,81 +271,10 @@ void run_bench(Flags flags) {
   for (int64_t i = 0; i < local_batch; ++i)
     labels.data<int32_t>()[i] = static_cast<int32_t>(i % 10);
 
-  double seconds = 0, flops = 0;
-  nlohmann::json extra = nlohmann::json::object();  // update() refuses a null
-  if (flags.mode == "train") {
-    DataParallelOptions options;
-    options.devices = plan.devices;
-    options.threads = plan.threads;
-    options.strategy = parse_strategy(flags.strategy);
-    options.seed = 1;
-    options.comm = &comm;
-    options.program = program_options(flags.program);
-    options.bucket_bytes = static_cast<size_t>(flags.bucket_mb * (1 << 20));
-    options.micro_batch = flags.micro_batch_size;
-    // The towers and optimizers of `tower train` (plain SGD), on synthetic data.
-    std::unique_ptr<DataParallel> towers =
-        build_towers(model, model.default_input, local_batch, 10, options);
-    DataParallel& dp = *towers;
-    DataParallelOptimizer optimizer(dp, OptimizerConfig{});
-    ThreadPool update_pool(dp.num_replicas() - 1);
-    int64_t step = 0;
-    std::vector<ReduceTrace> traces;
-    auto train_step = [&] {
-      dp.step(images, labels, static_cast<uint64_t>(step));
-      optimizer.apply(0.01f, step, 0, &update_pool);
-      traces.push_back(dp.reducer().trace());
-      ++step;
-    };
-    seconds = median_seconds_per_step(flags, train_step);
-    // With micro-batches the graph is one micro-batch's, run local_batch / micro times per rank.
-    flops = graph_flops(dp.graph()) * comm.size() *
-            (batches.micro > 0 ? local_batch / batches.micro : 1);
-    // Mean over the timed steps of: all work of the reducer threads, the time in cross-rank
-    // collectives, and the part of the step spent waiting for the reduction after every tower had
-    // finished its backward pass (what overlap did not hide).
-    ReduceTrace mean;
-    const size_t timed = static_cast<size_t>(flags.steps * flags.windows);
-    for (size_t i = traces.size() - timed; i < traces.size(); ++i) {
-      mean.reduce_seconds += traces[i].reduce_seconds / static_cast<double>(timed);
-      mean.comm_seconds += traces[i].comm_seconds / static_cast<double>(timed);
-      mean.finish_wait_seconds += traces[i].finish_wait_seconds / static_cast<double>(timed);
-    }
-    if (flags.profile) print_profile(flags, dp.program(0), train_step);
-    std::vector<Tensor> grads;
-    for (const auto& v : dp.trainable()) grads.emplace_back(v.value.shape(), DType::f32);
-    extra = {{"strategy", flags.strategy},
-             {"ranks", comm.size()},
-             {"bucket_bytes", bucket_sizes(grads, options.bucket_bytes)},
-             {"reduce_ms", mean.reduce_seconds * 1e3},
-             {"comm_ms", mean.comm_seconds * 1e3},
-             {"reduce_wait_ms", mean.finish_wait_seconds * 1e3},
-             {"reduce_wait_share", mean.finish_wait_seconds / seconds},
-             {"contended_runs", dp.program(0).stats().contended_runs},
-             {"fused_nodes", dp.program(0).stats().fused_nodes},
-             {"reorders", dp.program(0).stats().reorders}};
-  } else {
-    Graph graph;
-    Scope scope(graph);
-    Value x = scope.placeholder("images", images.shape());
-    ModelOutputs out = model.build(scope, x, 10, Mode::eval);
-    VariableStore vars;
-    vars.initialize(graph, 1);
-    const Device device = plan.devices[0];
-    VariableStore device_vars(device);
-    device_vars.copy_from(vars);
-    ProgramOptions options = program_options(flags.program);
-    options.device = device;
-    options.num_threads = cores;
-    Program program(graph, {out.logits}, device_vars, options);
-    program.input(x).copy_from(images);
-    seconds = median_seconds_per_step(flags, [&] { program.run(); });
-    if (flags.profile) print_profile(flags, program, [&] { program.run(); });
-    flops = graph_flops(graph);
-    extra = {{"contended_runs", program.stats().contended_runs},
-             {"fused_nodes", program.stats().fused_nodes},
-             {"reorders", program.stats().reorders}};
-  }
+  const Measured m = flags.mode == "train"
+                         ? bench_train(flags, model, plan, batches, images, labels, comm)
+                         : bench_infer(flags, model, plan, images);
+  const double seconds = m.seconds, flops = m.flops;
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   nlohmann::json line = {
@@ -270,7 +292,7 @@ void run_bench(Flags flags) {
       {"gflops", flops / seconds / 1e9},
       {"mflop_per_image", flops / static_cast<double>(flags.global_batch_size) / 1e6},
       {"peak_rss_mb", static_cast<double>(usage.ru_maxrss) / 1024.0}};
-  line.update(extra);
+  line.update(m.extra);
   if (comm.rank() == 0) fmt::print("{}\n", line.dump());
 }
 

@@ -87,117 +87,132 @@ void run_train(Flags& flags) {
   fmt::print("\n");
 }
 
+// The model and the data.
+void add_model_flags(CLI::App& app, Flags& flags) {
+  TrainConfig& c = flags.config;
+  app.add_option("--model", c.model, "Model to train (see `tower models`)")->capture_default_str();
+  app.add_option("--model_file", flags.model_file,
+                 "A network as a JSON file (docs/model_file.md), instead of --model");
+  app.add_option("--data", c.data,
+                 "Data set: fashion-mnist | cifar10:DIR | cifar100:DIR | idx:DIR | folder:DIR "
+                 "(JPEG/PNG images in class folders) | npy:DIR (NumPy arrays); default: the "
+                 "recipe's (docs/data.md)");
+  app.add_option("--image_size", c.image_size,
+                 "folder: bring images to this size, S or H,W (default: the size of the data "
+                 "the recipe is for, else the model's input)")
+      ->delimiter(',')
+      ->expected(1, 2)
+      ->multi_option_policy(CLI::MultiOptionPolicy::Throw);  // 3 values: no silent last 2
+  app.add_option("--test_fraction", c.test_fraction,
+                 "folder without train/ and test/: the share of images held out for testing")
+      ->capture_default_str();
+  app.add_flag("--skip_bad_images", c.skip_bad_images,
+               "folder: skip corrupt images with a warning instead of stopping");
+}
+
+// Devices, threads, how the towers compute and share the batch.
+void add_placement_flags(CLI::App& app, Flags& flags) {
+  TrainConfig& c = flags.config;
+  app.add_option("--devices", flags.devices, "Devices, e.g. cpu:0,cpu:1 (one tower each)");
+  app.add_option("--num_devices", c.num_devices, "Split the CPU cores into N logical devices")
+      ->check(positive);
+  app.add_option("--num_threads", c.num_threads,
+                 "Threads of all CPU towers together, split evenly (default: this rank's "
+                 "share of the cores)")
+      ->check(positive);
+  app.add_option("--num_gpus", c.num_gpus, "Towers on cuda:0..N-1 (the classic flag)")
+      ->check(positive);
+  app.add_flag("--allow_soft_placement", c.allow_soft_placement,
+               "Place towers of missing GPUs on CPU devices instead of failing");
+  app.add_flag("--log_device_placement", c.log_device_placement, "Print where every node runs");
+  add_program_flags(app, flags.program);
+  app.add_option("--strategy", flags.strategy, "allreduce | central")->capture_default_str();
+  app.add_option("--bucket_mb", c.bucket_mb, "All-reduce bucket size in MB")
+      ->capture_default_str()
+      ->check(positive);
+  app.add_option("--batch_size", c.batch_size, "Examples per tower per step (recipe)")
+      ->check(positive);
+  app.add_option("--global_batch_size", c.global_batch_size,
+                 "Examples per step, all towers and ranks together (with "
+                 "--micro_batch_size, instead of --batch_size)")
+      ->check(positive);
+  app.add_option("--micro_batch_size", c.micro_batch_size,
+                 "Cut each step into micro-batches of this size, summed by one fixed tree: "
+                 "the same weights on any number of towers and ranks")
+      ->check(positive);
+}
+
+// The steps, the optimizer and the schedule.
+void add_recipe_flags(CLI::App& app, Flags& flags) {
+  TrainConfig& c = flags.config;
+  app.add_option("--max_steps", c.max_steps, "Stop after this many steps (overrides --epochs)")
+      ->check(non_negative);
+  app.add_option("--epochs", c.epochs, "Stop after this many epochs (recipe)")->check(non_negative);
+  app.add_flag("--allow_schedule_change", c.allow_schedule_change,
+               "Resume although --max_steps, --epochs, --lr or --lr_schedule change the "
+               "learning rate of the steps still to train");
+  app.add_option("--train_dir", c.train_dir, "Checkpoints, metrics.jsonl and TensorBoard logs")
+      ->capture_default_str();
+  app.add_option("--optimizer", c.optimizer.name, "sgd | momentum | adam | adamw (recipe)");
+  app.add_option("--momentum", c.optimizer.momentum, "Momentum coefficient (recipe)");
+  app.add_flag("--nesterov", c.optimizer.nesterov, "Nesterov momentum");
+  app.add_option("--weight_decay", c.optimizer.weight_decay,
+                 "Decoupled weight decay (adamw; recipe)");
+  app.add_option("--beta1", c.optimizer.beta1, "Adam beta1")->capture_default_str();
+  app.add_option("--beta2", c.optimizer.beta2, "Adam beta2")->capture_default_str();
+  app.add_option("--epsilon", c.optimizer.epsilon, "Adam epsilon")->capture_default_str();
+  app.add_option("--lr", c.lr, "Initial learning rate (recipe)");
+  app.add_option("--lr_schedule", c.lr_schedule,
+                 "constant | exponential:decay_epochs=350,rate=0.1,staircase=1 | "
+                 "piecewise:boundaries=1000;2000,values=0.1;0.01;0.001 | cosine:warmup_steps=500 "
+                 "(recipe)");
+  app.add_option("--augmentation", c.augmentation,
+                 "none | cifar10 (the classic distortions, for 24x24 crops of 32x32 images) | "
+                 "pad-crop-flip (recipe)");
+  app.add_option("--clip_norm", c.clip_norm, "Clip gradients to this global norm (0: off)");
+  app.add_option("--ema_decay", c.ema_decay, "Moving average of the weights (0: off; recipe)");
+  app.add_option("--seed", c.seed, "Random seed (init, shuffling, augmentation)")
+      ->capture_default_str();
+}
+
+// Input workers, logs, checkpoints, evaluation and tracing.
+void add_run_flags(CLI::App& app, Flags& flags) {
+  TrainConfig& c = flags.config;
+  app.add_option("--num_preprocess_threads", c.num_preprocess_threads, "Input pipeline workers")
+      ->capture_default_str()
+      ->check(non_negative);
+  app.add_option("--log_every", c.log_every, "Log a line every N steps")->capture_default_str();
+  app.add_option("--save_every_steps", c.save_every_steps, "Checkpoint every N steps (0: off)");
+  app.add_option("--save_every_secs", c.save_every_secs, "Checkpoint every N seconds (0: off)")
+      ->capture_default_str();
+  app.add_option("--keep_checkpoints", c.keep_checkpoints, "Keep the last K checkpoints")
+      ->capture_default_str()
+      ->check(positive);
+  app.add_option("--eval_every", c.eval_every,
+                 "Evaluate on the test set every N steps (0: at the end)");
+  app.add_option("--resume_from", c.resume_from, "Resume from this checkpoint prefix");
+  app.add_option("--trace", c.trace_file,
+                 "Write a Chrome/Perfetto trace (JSON) of the first --trace_steps steps: a "
+                 "lane per thread (the towers' kernels, reduction, communication, input "
+                 "workers, main)");
+  app.add_option("--trace_steps", c.trace_steps, "Steps in the --trace")
+      ->capture_default_str()
+      ->check(positive);
+  app.add_option("--comm_timeout", c.comm_timeout,
+                 "Seconds a rank waits for the other ranks (mpirun) before the job stops")
+      ->capture_default_str()
+      ->check(positive);
+}
+
 CommandRegistrar registrar{
     {"train", "Train a model on every device (resumes from --train_dir)", [](CLI::App& app) {
        static Flags flags;
        flags.app = &app;
        app.footer(recipes_help());
-       TrainConfig& c = flags.config;
-       app.add_option("--model", c.model, "Model to train (see `tower models`)")
-           ->capture_default_str();
-       app.add_option("--model_file", flags.model_file,
-                      "A network as a JSON file (docs/model_file.md), instead of --model");
-       app.add_option("--data", c.data,
-                      "Data set: fashion-mnist | cifar10:DIR | cifar100:DIR | idx:DIR | folder:DIR "
-                      "(JPEG/PNG images in class folders) | npy:DIR (NumPy arrays); default: the "
-                      "recipe's (docs/data.md)");
-       app.add_option("--image_size", c.image_size,
-                      "folder: bring images to this size, S or H,W (default: the size of the data "
-                      "the recipe is for, else the model's input)")
-           ->delimiter(',')
-           ->expected(1, 2)
-           ->multi_option_policy(CLI::MultiOptionPolicy::Throw);  // 3 values: no silent last 2
-       app.add_option("--test_fraction", c.test_fraction,
-                      "folder without train/ and test/: the share of images held out for testing")
-           ->capture_default_str();
-       app.add_flag("--skip_bad_images", c.skip_bad_images,
-                    "folder: skip corrupt images with a warning instead of stopping");
-       app.add_option("--devices", flags.devices, "Devices, e.g. cpu:0,cpu:1 (one tower each)");
-       app.add_option("--num_devices", c.num_devices, "Split the CPU cores into N logical devices")
-           ->check(positive);
-       app.add_option("--num_threads", c.num_threads,
-                      "Threads of all CPU towers together, split evenly (default: this rank's "
-                      "share of the cores)")
-           ->check(positive);
-       app.add_option("--num_gpus", flags.config.num_gpus,
-                      "Towers on cuda:0..N-1 (the classic flag)")
-           ->check(positive);
-       app.add_flag("--allow_soft_placement", c.allow_soft_placement,
-                    "Place towers of missing GPUs on CPU devices instead of failing");
-       app.add_flag("--log_device_placement", c.log_device_placement,
-                    "Print where every node runs");
-       add_program_flags(app, flags.program);
-       app.add_option("--strategy", flags.strategy, "allreduce | central")->capture_default_str();
-       app.add_option("--bucket_mb", c.bucket_mb, "All-reduce bucket size in MB")
-           ->capture_default_str()
-           ->check(positive);
-       app.add_option("--batch_size", c.batch_size, "Examples per tower per step (recipe)")
-           ->check(positive);
-       app.add_option("--global_batch_size", c.global_batch_size,
-                      "Examples per step, all towers and ranks together (with "
-                      "--micro_batch_size, instead of --batch_size)")
-           ->check(positive);
-       app.add_option("--micro_batch_size", c.micro_batch_size,
-                      "Cut each step into micro-batches of this size, summed by one fixed tree: "
-                      "the same weights on any number of towers and ranks")
-           ->check(positive);
-       app.add_option("--max_steps", c.max_steps, "Stop after this many steps (overrides --epochs)")
-           ->check(non_negative);
-       app.add_option("--epochs", c.epochs, "Stop after this many epochs (recipe)")
-           ->check(non_negative);
-       app.add_flag("--allow_schedule_change", c.allow_schedule_change,
-                    "Resume although --max_steps, --epochs, --lr or --lr_schedule change the "
-                    "learning rate of the steps still to train");
-       app.add_option("--train_dir", c.train_dir, "Checkpoints, metrics.jsonl and TensorBoard logs")
-           ->capture_default_str();
-       app.add_option("--optimizer", c.optimizer.name, "sgd | momentum | adam | adamw (recipe)");
-       app.add_option("--momentum", c.optimizer.momentum, "Momentum coefficient (recipe)");
-       app.add_flag("--nesterov", c.optimizer.nesterov, "Nesterov momentum");
-       app.add_option("--weight_decay", c.optimizer.weight_decay,
-                      "Decoupled weight decay (adamw; recipe)");
-       app.add_option("--beta1", c.optimizer.beta1, "Adam beta1")->capture_default_str();
-       app.add_option("--beta2", c.optimizer.beta2, "Adam beta2")->capture_default_str();
-       app.add_option("--epsilon", c.optimizer.epsilon, "Adam epsilon")->capture_default_str();
-       app.add_option("--lr", c.lr, "Initial learning rate (recipe)");
-       app.add_option(
-           "--lr_schedule", c.lr_schedule,
-           "constant | exponential:decay_epochs=350,rate=0.1,staircase=1 | "
-           "piecewise:boundaries=1000;2000,values=0.1;0.01;0.001 | cosine:warmup_steps=500 "
-           "(recipe)");
-       app.add_option("--augmentation", c.augmentation,
-                      "none | cifar10 (the classic distortions, for 24x24 crops of 32x32 images) | "
-                      "pad-crop-flip (recipe)");
-       app.add_option("--clip_norm", c.clip_norm, "Clip gradients to this global norm (0: off)");
-       app.add_option("--ema_decay", c.ema_decay, "Moving average of the weights (0: off; recipe)");
-       app.add_option("--seed", c.seed, "Random seed (init, shuffling, augmentation)")
-           ->capture_default_str();
-       app.add_option("--num_preprocess_threads", c.num_preprocess_threads,
-                      "Input pipeline workers")
-           ->capture_default_str()
-           ->check(non_negative);
-       app.add_option("--log_every", c.log_every, "Log a line every N steps")
-           ->capture_default_str();
-       app.add_option("--save_every_steps", c.save_every_steps,
-                      "Checkpoint every N steps (0: off)");
-       app.add_option("--save_every_secs", c.save_every_secs, "Checkpoint every N seconds (0: off)")
-           ->capture_default_str();
-       app.add_option("--keep_checkpoints", c.keep_checkpoints, "Keep the last K checkpoints")
-           ->capture_default_str()
-           ->check(positive);
-       app.add_option("--eval_every", c.eval_every,
-                      "Evaluate on the test set every N steps (0: at the end)");
-       app.add_option("--resume_from", c.resume_from, "Resume from this checkpoint prefix");
-       app.add_option("--trace", c.trace_file,
-                      "Write a Chrome/Perfetto trace (JSON) of the first --trace_steps steps: a "
-                      "lane per thread (the towers' kernels, reduction, communication, input "
-                      "workers, main)");
-       app.add_option("--trace_steps", c.trace_steps, "Steps in the --trace")
-           ->capture_default_str()
-           ->check(positive);
-       app.add_option("--comm_timeout", c.comm_timeout,
-                      "Seconds a rank waits for the other ranks (mpirun) before the job stops")
-           ->capture_default_str()
-           ->check(positive);
+       add_model_flags(app, flags);
+       add_placement_flags(app, flags);
+       add_recipe_flags(app, flags);
+       add_run_flags(app, flags);
        app.callback([] { run_train(flags); });
      }}};
 

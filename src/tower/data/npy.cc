@@ -128,39 +128,12 @@ NpyArray parse_npy(std::span<const uint8_t> bytes, const std::string& file) {
   return a;
 }
 
-Dataset read_npy(const std::string& dir, Split split) {
-  const std::string prefix = (std::filesystem::path(dir) / split_name(split)).string();
-  const std::string images_file = prefix + "_images.npy", labels_file = prefix + "_labels.npy";
-  const std::vector<uint8_t> image_bytes = read_file(images_file);
-  const std::vector<uint8_t> label_bytes = read_file(labels_file);
-  const NpyArray images = parse_npy(image_bytes, images_file);
-  const NpyArray labels = parse_npy(label_bytes, labels_file);
+namespace {
 
-  const auto& s = images.shape;
-  const bool hwc = s.size() == 4;
-  if ((s.size() != 3 && !hwc) || (hwc && s[3] != 1 && s[3] != 3))
-    fail("{}: images of shape {}: expected (N, H, W) or (N, H, W, C) with C = 1 or 3", images_file,
-         shape_text(s));
-  if (images.dtype != "|u1" && images.dtype != "<f4")
-    fail("{}: images of dtype {}: expected uint8 or float32", images_file, images.dtype);
-  if (labels.shape.size() != 1 || labels.dtype[1] == 'f')
-    fail("{}: labels of shape {} and dtype {}: expected (N,) integers", labels_file,
-         shape_text(labels.shape), labels.dtype);
-  const int64_t n = s[0], h = s[1], w = s[2], c = hwc ? s[3] : 1;
-  if (labels.shape[0] != n)
-    fail("{}: {} labels for the {} images of {}", labels_file, labels.shape[0], n, images_file);
-
-  Dataset d;
-  d.labels = Tensor(Shape{n}, DType::i32);
-  int64_t top = -1;
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t label = integer_at(labels, i);
-    if (label < 0 || label > 1000000)
-      fail("{}: label {} of example {} (expected a class index >= 0)", labels_file, label, i);
-    d.labels.data<int32_t>()[i] = static_cast<int32_t>(label);
-    top = std::max(top, label);
-  }
-  // The classes: those of the train split (its largest label + 1, or class_names.txt).
+// The classes: those of the train split (its largest label + 1, or class_names.txt). `top` is
+// this split's largest label.
+std::pair<int, std::vector<std::string>> read_classes(const std::string& dir, Split split,
+                                                      int64_t top, const std::string& labels_file) {
   std::vector<std::string> names;
   std::ifstream names_in((std::filesystem::path(dir) / "class_names.txt").string());
   for (std::string line; std::getline(names_in, line);)
@@ -183,12 +156,15 @@ Dataset read_npy(const std::string& dir, Split split) {
   }
   if (classes < 2)
     fail("{}: {} class{}: at least 2 are needed", labels_file, classes, classes == 1 ? "" : "es");
-  d.num_classes = classes;
-  d.class_names = names;
+  return {classes, names};
+}
 
-  // (N, H, W, C) -> (N, C, H, W) u8; float32 scaled to [0, 255] first.
-  d.images = Tensor(Shape{n, c, h, w}, DType::u8);
-  uint8_t* out = d.images.data<uint8_t>();
+// (N, H, W[, C]) uint8 or float32 -> (N, C, H, W) u8; float32 in [0, 1] is scaled to [0, 255].
+Tensor to_nchw(const NpyArray& images, const std::string& images_file) {
+  const auto& s = images.shape;
+  const int64_t n = s[0], h = s[1], w = s[2], c = s.size() == 4 ? s[3] : 1;
+  Tensor result(Shape{n, c, h, w}, DType::u8);
+  uint8_t* out = result.data<uint8_t>();
   const int64_t count = n * h * w * c;
   float scale = 1;
   if (images.dtype == "<f4") {
@@ -220,6 +196,47 @@ Dataset read_npy(const std::string& dir, Split split) {
           }
           out[((i * c + k) * h + y) * w + x] = v;
         }
+  return result;
+}
+
+}  // namespace
+
+Dataset read_npy(const std::string& dir, Split split) {
+  const std::string prefix = (std::filesystem::path(dir) / split_name(split)).string();
+  const std::string images_file = prefix + "_images.npy", labels_file = prefix + "_labels.npy";
+  const std::vector<uint8_t> image_bytes = read_file(images_file);
+  const std::vector<uint8_t> label_bytes = read_file(labels_file);
+  const NpyArray images = parse_npy(image_bytes, images_file);
+  const NpyArray labels = parse_npy(label_bytes, labels_file);
+
+  const auto& s = images.shape;
+  const bool hwc = s.size() == 4;
+  if ((s.size() != 3 && !hwc) || (hwc && s[3] != 1 && s[3] != 3))
+    fail("{}: images of shape {}: expected (N, H, W) or (N, H, W, C) with C = 1 or 3", images_file,
+         shape_text(s));
+  if (images.dtype != "|u1" && images.dtype != "<f4")
+    fail("{}: images of dtype {}: expected uint8 or float32", images_file, images.dtype);
+  if (labels.shape.size() != 1 || labels.dtype[1] == 'f')
+    fail("{}: labels of shape {} and dtype {}: expected (N,) integers", labels_file,
+         shape_text(labels.shape), labels.dtype);
+  const int64_t n = s[0];
+  if (labels.shape[0] != n)
+    fail("{}: {} labels for the {} images of {}", labels_file, labels.shape[0], n, images_file);
+
+  Dataset d;
+  d.labels = Tensor(Shape{n}, DType::i32);
+  int64_t top = -1;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t label = integer_at(labels, i);
+    if (label < 0 || label > 1000000)
+      fail("{}: label {} of example {} (expected a class index >= 0)", labels_file, label, i);
+    d.labels.data<int32_t>()[i] = static_cast<int32_t>(label);
+    top = std::max(top, label);
+  }
+  const auto [classes, names] = read_classes(dir, split, top, labels_file);
+  d.num_classes = classes;
+  d.class_names = names;
+  d.images = to_nchw(images, images_file);
   return d;
 }
 

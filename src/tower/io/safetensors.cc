@@ -187,6 +187,37 @@ void safetensors_write(const std::string& path,
   atomic_write_file(path, pieces);
 }
 
+namespace {
+
+// The tensors must tile the data buffer exactly: no gaps, no overlaps, nothing past the end.
+// Sorts the entries by their offsets.
+void check_tiling(std::vector<Entry>& entries, uint64_t buffer_size, const std::string& corrupt) {
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  uint64_t expected = 0;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const Entry& e = entries[i];
+    if (e.begin < expected)
+      fail("{}: tensor '{}' (data_offsets [{}, {}]) overlaps tensor '{}'", corrupt, e.name, e.begin,
+           e.end, entries[i - 1].name);
+    if (e.begin > expected)
+      fail("{}: bytes [{}, {}) of the data buffer belong to no tensor (before tensor '{}')",
+           corrupt, expected, e.begin, e.name);
+    if (e.end > buffer_size)
+      fail(
+          "{}: tensor '{}' ends at byte {} of the data buffer, but the file holds only {} bytes of "
+          "data (the file is shorter than its header declares)",
+          corrupt, e.name, e.end, buffer_size);
+    expected = e.end;
+  }
+  if (expected != buffer_size)
+    fail("{}: the tensors cover {} bytes but the data buffer has {} bytes", corrupt, expected,
+         buffer_size);
+}
+
+}  // namespace
+
 SafetensorsFile safetensors_read(const std::string& path) {
   Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) fail("cannot open safetensors file '{}': {}", path, std::strerror(errno));
@@ -230,31 +261,7 @@ SafetensorsFile safetensors_read(const std::string& path) {
     entries.push_back(parse_entry(name, value, fmt::format("{}: tensor '{}'", corrupt, name)));
   }
 
-  // The tensors must tile the buffer exactly: no gaps, no overlaps, nothing past the end.
-  const uint64_t buffer_size = file_size - 8 - header_size;
-  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
-    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
-  });
-  uint64_t expected = 0;
-  for (size_t i = 0; i < entries.size(); ++i) {
-    const Entry& e = entries[i];
-    if (e.begin < expected)
-      fail("{}: tensor '{}' (data_offsets [{}, {}]) overlaps tensor '{}'", corrupt, e.name, e.begin,
-           e.end, entries[i - 1].name);
-    if (e.begin > expected)
-      fail("{}: bytes [{}, {}) of the data buffer belong to no tensor (before tensor '{}')",
-           corrupt, expected, e.begin, e.name);
-    if (e.end > buffer_size)
-      fail(
-          "{}: tensor '{}' ends at byte {} of the data buffer, but the file holds only {} bytes of "
-          "data (the file is shorter than its header declares)",
-          corrupt, e.name, e.end, buffer_size);
-    expected = e.end;
-  }
-  if (expected != buffer_size)
-    fail("{}: the tensors cover {} bytes but the data buffer has {} bytes", corrupt, expected,
-         buffer_size);
-
+  check_tiling(entries, file_size - 8 - header_size, corrupt);
   for (Entry& e : entries) {
     Tensor t(Shape(std::move(e.shape)), e.dtype);
     errno = 0;

@@ -115,48 +115,43 @@ class Keys {
   std::string origin_, where_;
 };
 
-// A layer's build step from its JSON object (index i, for errors and default names).
-Step parse_layer(const Json& layer, size_t i, const std::string& origin) {
-  std::string where = fmt::format("layer {}", i);
-  if (layer.is_object() && layer.contains("name") && layer["name"].is_string())
-    where += fmt::format(" ({})", layer["name"].get<std::string>());
-  Keys k(layer, origin, where);
-  const std::string type = k.text("type", std::nullopt);
-  const bool named = type == "conv2d" || type == "conv_bn" || type == "dense" ||
-                     type == "batch_norm" || type == "residual";
-  const std::string name =
-      k.text("name", named ? std::nullopt : std::optional(type + std::to_string(i)));
-  auto bn_options = [&] {
-    return nn::BatchNorm{.momentum = k.number("momentum", 0.99f, 0, false, 1),
-                         .epsilon = k.number("epsilon", 1e-3f, 0, true, 1)};
-  };
-  auto conv_options = [&] {
-    return nn::Conv2D{.filters = k.whole("filters", std::nullopt),
-                      .kernel = k.whole("kernel", 3),
-                      .stride = k.whole("stride", 1),
-                      .padding = k.padding(ops::Padding::same),
-                      .activation = k.activation(),
-                      .bias = k.flag("bias", true),
-                      .init = k.init("init", Initializer::he_normal()),
-                      .bias_init = k.number("bias_init", 0, -1e30f, true, 1e30f),
-                      .weight_decay = k.number("weight_decay", 0, 0, true, 1e30f)};
-  };
-  auto pool_options = [&] {
-    return nn::Pool{.size = k.whole("size", 2),
-                    .stride = k.whole("stride", 0, 0),
-                    .padding = k.padding(ops::Padding::valid)};
-  };
+nn::BatchNorm bn_options(Keys& k) {
+  return nn::BatchNorm{.momentum = k.number("momentum", 0.99f, 0, false, 1),
+                       .epsilon = k.number("epsilon", 1e-3f, 0, true, 1)};
+}
+
+nn::Conv2D conv_options(Keys& k) {
+  return nn::Conv2D{.filters = k.whole("filters", std::nullopt),
+                    .kernel = k.whole("kernel", 3),
+                    .stride = k.whole("stride", 1),
+                    .padding = k.padding(ops::Padding::same),
+                    .activation = k.activation(),
+                    .bias = k.flag("bias", true),
+                    .init = k.init("init", Initializer::he_normal()),
+                    .bias_init = k.number("bias_init", 0, -1e30f, true, 1e30f),
+                    .weight_decay = k.number("weight_decay", 0, 0, true, 1e30f)};
+}
+
+nn::Pool pool_options(Keys& k) {
+  return nn::Pool{.size = k.whole("size", 2),
+                  .stride = k.whole("stride", 0, 0),
+                  .padding = k.padding(ops::Padding::valid)};
+}
+
+// The layers with variables (they need a name), or nothing for another type.
+std::optional<Step> layer_with_variables(Keys& k, const std::string& type,
+                                         const std::string& name) {
   if (type == "conv2d") {
     k.only({"type", "name", "filters", "kernel", "stride", "padding", "activation", "bias", "init",
             "bias_init", "weight_decay"});
-    return [name, o = conv_options()](const Scope& s, Value x, Context&) {
+    return [name, o = conv_options(k)](const Scope& s, Value x, Context&) {
       return nn::conv2d(s, name, x, o);
     };
   }
   if (type == "conv_bn") {
     k.only({"type", "name", "filters", "kernel", "stride", "padding", "activation", "init",
             "weight_decay", "momentum", "epsilon"});
-    return [name, o = conv_options(), bn = bn_options()](const Scope& s, Value x, Context& c) {
+    return [name, o = conv_options(k), bn = bn_options(k)](const Scope& s, Value x, Context& c) {
       return nn::conv_bn(s, name, x, c.mode, c.updates, o, bn);
     };
   }
@@ -178,7 +173,7 @@ Step parse_layer(const Json& layer, size_t i, const std::string& origin) {
   }
   if (type == "batch_norm") {
     k.only({"type", "name", "momentum", "epsilon"});
-    return [name, bn = bn_options()](const Scope& s, Value x, Context& c) {
+    return [name, bn = bn_options(k)](const Scope& s, Value x, Context& c) {
       return nn::batch_norm(s, name, x, c.mode, c.updates, bn);
     };
   }
@@ -187,15 +182,21 @@ Step parse_layer(const Json& layer, size_t i, const std::string& origin) {
     nn::Residual o{.filters = k.whole("filters", std::nullopt),
                    .stride = k.whole("stride", 1),
                    .weight_decay = k.number("weight_decay", 0, 0, true, 1e30f),
-                   .batch_norm = bn_options()};
+                   .batch_norm = bn_options(k)};
     return [name, o](const Scope& s, Value x, Context& c) {
       return nn::residual_block(s, name, x, c.mode, c.updates, o);
     };
   }
+  return std::nullopt;
+}
+
+// The layers without variables, or nothing for another type.
+std::optional<Step> layer_without_variables(Keys& k, const std::string& type,
+                                            const std::string& name) {
   if (type == "max_pool" || type == "avg_pool") {
     k.only({"type", "name", "size", "stride", "padding"});
     const bool max = type == "max_pool";
-    return [name, max, o = pool_options()](const Scope& s, Value x, Context&) {
+    return [name, max, o = pool_options(k)](const Scope& s, Value x, Context&) {
       return max ? nn::max_pool(s, name, x, o) : nn::avg_pool(s, name, x, o);
     };
   }
@@ -224,6 +225,22 @@ Step parse_layer(const Json& layer, size_t i, const std::string& origin) {
     k.only({"type", "name"});
     return [a = *a](const Scope& s, Value x, Context&) { return nn::activation(s, x, a); };
   }
+  return std::nullopt;
+}
+
+// A layer's build step from its JSON object (index i, for errors and default names).
+Step parse_layer(const Json& layer, size_t i, const std::string& origin) {
+  std::string where = fmt::format("layer {}", i);
+  if (layer.is_object() && layer.contains("name") && layer["name"].is_string())
+    where += fmt::format(" ({})", layer["name"].get<std::string>());
+  Keys k(layer, origin, where);
+  const std::string type = k.text("type", std::nullopt);
+  const bool named = type == "conv2d" || type == "conv_bn" || type == "dense" ||
+                     type == "batch_norm" || type == "residual";
+  const std::string name =
+      k.text("name", named ? std::nullopt : std::optional(type + std::to_string(i)));
+  if (std::optional<Step> step = layer_with_variables(k, type, name)) return *step;
+  if (std::optional<Step> step = layer_without_variables(k, type, name)) return *step;
   k.bad("type", k.get("type"),
         "one of conv2d, conv_bn, dense, batch_norm, residual, max_pool, avg_pool, "
         "global_avg_pool, flatten, dropout, lrn, relu, elu, sigmoid, tanh");

@@ -46,7 +46,8 @@ void expect_tasks_cover_the_kernel(const Node& node, int threads,
                        static_cast<const char*>(out.raw_data()) + out.nbytes());
     std::memset(out.raw_data(), 0, out.nbytes());
   }
-  const int tasks = kernel->tasks();
+  ASSERT_NE(kernel->tasks().kind, Tasks::Kind::team) << node.op;
+  const int tasks = kernel->tasks().count;
   ASSERT_GE(tasks, 1) << node.op;
   if (precision == Precision::fp32) {
     EXPECT_EQ(tasks > 1, threads > 1) << node.op << ": split on a team of " << threads;

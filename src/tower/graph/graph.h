@@ -82,7 +82,8 @@ struct Node {
   std::vector<TensorSpec> outputs;
   Device device;  // where it runs (set by the scope that created it)
 
-  Value output(int index = 0) { return Value{this, index}; }
+  // A handle on output `index`: a Value names an edge of the graph, whoever holds the node.
+  Value output(int index = 0) const { return Value{const_cast<Node*>(this), index}; }
   template <typename T>
   const T& attr() const {
     const T* a = std::any_cast<T>(&attrs);

@@ -53,10 +53,11 @@ class Layout {
 // Views of the buffers (tensors with the node's logical shape; for a non-plain layout, the shape
 // only names the value: the elements lie as the layout says).
 struct KernelIO {
-  std::vector<Tensor> inputs;   // views of the input buffers (const by convention)
-  std::vector<Tensor> outputs;  // views of the output buffers
-  void* scratch = nullptr;      // scratch_bytes() bytes, 64-byte aligned, valid during run()
-  uint64_t step = 0;            // the training step (keys per-step randomness, e.g. dropout)
+  std::vector<Tensor> inputs;  // views of the input buffers (read only, but for in-place updates)
+  // Views of the output buffers: writable through the const KernelIO that run() gets.
+  mutable std::vector<Tensor> outputs;
+  void* scratch = nullptr;  // scratch_bytes() bytes, 64-byte aligned, valid during run()
+  uint64_t step = 0;        // the training step (keys per-step randomness, e.g. dropout)
 };
 
 // What a kernel may know about where it runs.
@@ -80,6 +81,21 @@ struct KernelContext {
   }
 };
 
+// How a kernel runs in Program's contended mode (Kernel::tasks).
+struct Tasks {
+  enum class Kind {
+    one,    // run() on one member, whose OpenMP loops then run on it alone
+    team,   // run() needs the whole team (a library primitive that splits its work over the team
+            // it was built for): contended mode is off for the program
+    split,  // `count` independent tasks (run_task)
+  };
+  Kind kind = Kind::one;
+  int count = 1;
+  static Tasks one() { return {}; }
+  static Tasks team() { return {Kind::team, 1}; }
+  static Tasks split(int count) { return count > 1 ? Tasks{Kind::split, count} : one(); }
+};
+
 class Kernel {
  public:
   virtual ~Kernel() = default;
@@ -95,11 +111,10 @@ class Kernel {
   virtual bool write_output_as(int o, const Layout& layout) { return false; }
 
   // For Program's contended mode, where the members of the team take work from the kernels as it
-  // becomes ready: the kernel as tasks() independent tasks that any member may run, in any order
-  // and at once (run_task(io, task, member)), and then finish_tasks() on one member. 1 (the
-  // default): run() on one member, whose OpenMP loops then run on it alone. 0: run() needs the
-  // team (a library primitive that splits its work over the team it was built for).
-  virtual int tasks() const { return 1; }
+  // becomes ready: how this kernel may be run (Tasks below). Split kernels are run as count
+  // independent tasks that any member may run, in any order and at once (run_task(io, task,
+  // member)), and then finish_tasks() on one member.
+  virtual Tasks tasks() const { return Tasks::one(); }
   virtual void run_task(const KernelIO& io, int task, int member) { run(io); }
   virtual void finish_tasks(const KernelIO& io) {}
 };

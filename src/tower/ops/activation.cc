@@ -28,7 +28,7 @@ std::vector<TensorSpec> infer_activation_grad(const Node& n) {
 // The gradient rule of every activation here: the matching *Grad op of (dy, y).
 template <GradOf grad_of>
 Grads from_output(const Scope& s, const Node& n, const Grads& g) {
-  return Grads{grad_of(s, g[0], const_cast<Node&>(n).output(0))};
+  return Grads{grad_of(s, g[0], n.output(0))};
 }
 
 OpRegistrar relu_op{{"Relu", infer_activation, from_output<relu_grad>}};

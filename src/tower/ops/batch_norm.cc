@@ -39,11 +39,9 @@ OpRegistrar batch_norm_op{
      [](const Scope& s, const Node& n, const Grads& g) {
        if (g[1].defined() || g[2].defined() || !g[0].defined())
          fail_node(n, "only y is differentiable, not the batch mean or variance outputs");
-       auto* self = const_cast<Node*>(&n);
        Node& grad = s.op_node(
            "FusedBatchNormGrad",
-           {g[0], n.inputs[0], n.inputs[1], n.inputs[2], self->output(1), self->output(2)},
-           n.attrs);
+           {g[0], n.inputs[0], n.inputs[1], n.inputs[2], n.output(1), n.output(2)}, n.attrs);
        return Grads{grad.output(0), grad.output(1), grad.output(2), Value{}, Value{}};
      }}};
 

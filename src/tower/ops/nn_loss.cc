@@ -56,7 +56,7 @@ OpRegistrar softmax_op{{"Softmax",
                           return std::vector<TensorSpec>{{n.inputs[0].shape(), DType::f32}};
                         },
                         [](const Scope& s, const Node& n, const Grads& g) {
-                          Value y{const_cast<Node*>(&n), 0};
+                          Value y = n.output(0);
                           return Grads{s.op("SoftmaxGrad", {y, g[0]})};
                         }}};
 

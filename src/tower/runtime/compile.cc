@@ -80,7 +80,7 @@ void CompiledProgram::plan_fusion(const Graph& graph, const std::vector<char>& n
 Value CompiledProgram::output_value(const Node& node, int o) const {
   auto it = fused_outputs.find(node.id);
   if (it != fused_outputs.end()) return it->second[static_cast<size_t>(o)];
-  return Value{const_cast<Node*>(&node), o};
+  return node.output(o);
 }
 
 // 2. A source gets its own storage; every other node gets a kernel, built knowing the layouts
@@ -109,7 +109,7 @@ void CompiledProgram::add_node(const Node& node, VariableStore& variables) {
     add_kernel(chain != fused.end() ? *chain->second : node);
     return;
   }
-  int b = add_buffer(Value{const_cast<Node*>(&node), 0}, Layout{}, -1);
+  int b = add_buffer(node.output(0), Layout{}, -1);
   buffers[static_cast<size_t>(b)].external = true;
   buffers[static_cast<size_t>(b)].view = std::move(source);
 }
@@ -201,8 +201,11 @@ void CompiledProgram::mark_deferrable() {
   if (options.device.kind != DeviceKind::cpu || members() < 2 ||
       options.contention == ProgramOptions::Contention::off)
     return;
-  for (Step& step : steps)
-    if ((step.schedule.tasks = step.kernel->tasks()) < 1) return;  // a kernel needs the team
+  for (Step& step : steps) {
+    const Tasks tasks = step.kernel->tasks();
+    if (tasks.kind == Tasks::Kind::team) return;
+    step.schedule.tasks = tasks.count;
+  }
   taskable = true;
   std::vector<std::vector<int>> readers(buffers.size());
   std::vector<int> producer(buffers.size(), -1);

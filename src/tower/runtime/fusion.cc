@@ -8,7 +8,7 @@
 namespace tower {
 namespace {
 
-Value out(const Node* n) { return Value{const_cast<Node*>(n), 0}; }
+Value out(const Node* n) { return n->output(0); }
 
 // One row per chain: its first op (any of), the op that alone reads the first's output, an op
 // that may follow that one, and what else the two must satisfy.

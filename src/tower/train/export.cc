@@ -166,7 +166,7 @@ class Emitter {
         {"kernel_shape", std::vector<int64_t>{w_shape[2], w_shape[3]}},
         {"strides", std::vector<int64_t>{a.strides[0], a.strides[1]}},
         {"pads", pads_of(n.inputs[0].shape(), {w_shape[2], w_shape[3]}, a.strides, a.padding)}};
-    Value out{const_cast<Node*>(&n), 0};
+    Value out = n.output(0);
     const Node* bias = nullptr;
     if (Node* u = only_user(out);
         u && u->op == "BiasAdd" && u->inputs[0] == out && is_variable(u->inputs[1])) {
@@ -227,8 +227,7 @@ class Emitter {
     const auto& a = n.attr<ops::BatchNormAttrs>();
     if (a.mode != ops::BatchNormMode::inference) unsupported(n, "normalizes in training mode");
     for (int i = 1; i < 3; ++i)
-      if (!users(Value{const_cast<Node*>(&n), i}).empty())
-        unsupported(n, "has its batch statistics read");
+      if (!users(n.output(i)).empty()) unsupported(n, "has its batch statistics read");
     simple("BatchNormalization", n,
            {in(n.inputs[0]), in(n.inputs[1]), in(n.inputs[2]), in(n.inputs[3]), in(n.inputs[4])},
            {{"epsilon", a.epsilon}});

@@ -117,7 +117,7 @@ void DataParallelOptimizer::apply(float lr, int64_t step, float clip_norm, Threa
     const std::vector<Param>& params = params_[static_cast<size_t>(r)];
     if (clip_norm > 0) {
       std::vector<Tensor*> grads;
-      for (const Param& p : params) grads.push_back(const_cast<Tensor*>(p.grad));
+      for (const Param& p : params) grads.push_back(p.grad);
       clip_by_global_norm(grads, clip_norm);
     }
     Optimizer& optimizer = *optimizers_[static_cast<size_t>(r)];

@@ -18,7 +18,7 @@ namespace tower {
 struct Param {
   std::string name;
   Tensor* value;
-  const Tensor* grad;
+  Tensor* grad;  // clipping scales it in place
 };
 
 // The flags of `tower train` that choose and tune the optimizer.

@@ -63,14 +63,12 @@ class FusedBatchNormKernel : public Kernel {
   }
 
   // oneDNN splits the statistics over the team it was built for.
-  int tasks() const override { return team_ > 1 ? 0 : 1; }
+  Tasks tasks() const override { return team_ > 1 ? Tasks::team() : Tasks::one(); }
   void run(const KernelIO& io) override {
     execute(node_, bn_prim_, args_);
     if (inference_) {  // the statistics used, for FusedBatchNormGrad
-      std::memcpy(const_cast<Tensor&>(io.outputs[1]).raw_data(), io.inputs[3].raw_data(),
-                  io.inputs[3].nbytes());
-      std::memcpy(const_cast<Tensor&>(io.outputs[2]).raw_data(), io.inputs[4].raw_data(),
-                  io.inputs[4].nbytes());
+      std::memcpy(io.outputs[1].raw_data(), io.inputs[3].raw_data(), io.inputs[3].nbytes());
+      std::memcpy(io.outputs[2].raw_data(), io.inputs[4].raw_data(), io.inputs[4].nbytes());
     }
   }
 
@@ -120,7 +118,7 @@ class FusedBatchNormGradKernel : public Kernel {
     add_scratchpad(args_, bn_pd_.scratchpad_desc(), io.scratch);
   }
 
-  int tasks() const override { return team_ > 1 ? 0 : 1; }
+  Tasks tasks() const override { return team_ > 1 ? Tasks::team() : Tasks::one(); }
   void run(const KernelIO&) override { execute(node_, bn_prim_, args_); }
 
  private:
@@ -148,7 +146,7 @@ KernelRegistrar assign_moving_average_kernel{
       float decay = node.attr<ops::AssignMovingAverageAttrs>().decay;
       float* variable = const_cast<Tensor&>(io.inputs[0]).data<float>();
       const float* value = io.inputs[1].data<float>();
-      float* out = const_cast<Tensor&>(io.outputs[0]).data<float>();
+      float* out = io.outputs[0].data<float>();
       for (int64_t i = 0; i < io.inputs[0].numel(); ++i) {
         variable[i] = decay * variable[i] + (1.0f - decay) * value[i];
         out[i] = variable[i];

@@ -25,7 +25,7 @@ void bias_add(const Node& node, const KernelIO& io) {
   Dims d = dims_of(io.inputs[0].shape());
   const float* x = io.inputs[0].data<float>();
   const float* b = io.inputs[1].data<float>();
-  float* y = const_cast<Tensor&>(io.outputs[0]).data<float>();
+  float* y = io.outputs[0].data<float>();
   if (d.inner == 1) {
 #pragma omp parallel for
     for (int64_t n = 0; n < d.outer; ++n)
@@ -44,7 +44,7 @@ void bias_add(const Node& node, const KernelIO& io) {
 void bias_add_grad(const Node& node, const KernelIO& io) {
   Dims d = dims_of(io.inputs[0].shape());
   const float* dy = io.inputs[0].data<float>();
-  float* db = const_cast<Tensor&>(io.outputs[0]).data<float>();
+  float* db = io.outputs[0].data<float>();
   // One channel per iteration: each sum has a fixed order, so results do not depend on threads.
 #pragma omp parallel for
   for (int64_t c = 0; c < d.channels; ++c) {
@@ -77,7 +77,7 @@ class BlockedBiasKernel : public Kernel {
     const float* x = io.inputs[0].data<float>();
     if (node_.op == "BiasAdd") {
       const float* b = io.inputs[1].data<float>();
-      float* y = const_cast<Tensor&>(io.outputs[0]).data<float>();
+      float* y = io.outputs[0].data<float>();
 #pragma omp parallel for collapse(2)
       for (int64_t n = 0; n < shape[0]; ++n)
         for (int64_t cb = 0; cb < blocks; ++cb) {
@@ -92,7 +92,7 @@ class BlockedBiasKernel : public Kernel {
         }
       return;
     }
-    float* db = const_cast<Tensor&>(io.outputs[0]).data<float>();
+    float* db = io.outputs[0].data<float>();
     // As bias_add_grad: per channel, a float sum over H*W per example, added up in double.
 #pragma omp parallel for
     for (int64_t cb = 0; cb < blocks; ++cb) {

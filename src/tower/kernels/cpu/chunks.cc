@@ -73,9 +73,9 @@ class ChunkedKernel : public Kernel {
   }
 
   // A chunk per task; a primitive built for a team needs it.
-  int tasks() const override {
-    if (has_empty_input_) return 1;
-    return chunks_ > 1 ? chunks_ : (team_ > 1 ? 0 : 1);
+  Tasks tasks() const override {
+    if (has_empty_input_) return Tasks::one();
+    return chunks_ > 1 ? Tasks::split(chunks_) : (team_ > 1 ? Tasks::team() : Tasks::one());
   }
   void run_task(const KernelIO& io, int task, int member) override {
     if (chunks_ == 1 || has_empty_input_) return run(io);
@@ -90,7 +90,7 @@ class ChunkedKernel : public Kernel {
     if (has_empty_input_) {
       for (const Arg& arg : args_)
         if (arg.is_output)
-          std::memset(const_cast<void*>(io.outputs[static_cast<size_t>(arg.index)].raw_data()), 0,
+          std::memset(io.outputs[static_cast<size_t>(arg.index)].raw_data(), 0,
                       arg.md.get_size());  // the whole tensor's: an empty batch is one chunk
       return;
     }

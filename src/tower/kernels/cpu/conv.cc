@@ -200,11 +200,11 @@ class FilterGradAsForward : public Kernel {
         ca.db = reinterpret_cast<float*>(part + align64(conv_pd_.dst_desc().get_size()));
       }
     }
-    dw_ = const_cast<float*>(io.outputs[0].data<float>());
-    db_ = bias_ ? const_cast<float*>(io.outputs[1].data<float>()) : nullptr;
+    dw_ = io.outputs[0].data<float>();
+    db_ = bias_ ? io.outputs[1].data<float>() : nullptr;
   }
 
-  int tasks() const override { return chunks_; }
+  Tasks tasks() const override { return Tasks::split(chunks_); }
   void run_task(const KernelIO&, int task, int member) override {
     ChunkArgs& ca = args_[static_cast<size_t>(task * slots_ + member)];
     execute(node_, x_reorder_, ca.x);

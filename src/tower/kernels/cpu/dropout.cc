@@ -23,7 +23,7 @@ void apply_mask(const Node& node, const KernelIO& io) {
   auto threshold = static_cast<uint32_t>(static_cast<double>(attrs.keep_prob) * (1u << 24));
   float inv_keep = 1.0f / attrs.keep_prob;
   const float* x = io.inputs[0].data<float>();
-  float* y = const_cast<Tensor&>(io.outputs[0]).data<float>();
+  float* y = io.outputs[0].data<float>();
   int64_t n = io.inputs[0].numel();
   int64_t blocks = (n + kBlock - 1) / kBlock;
 #pragma omp parallel for schedule(static) if (blocks > 1)

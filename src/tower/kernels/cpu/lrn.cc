@@ -289,9 +289,9 @@ class LRNKernel : public Kernel {
   Layout output_layout(int) const override { return blocked_ ? blocked_->layout : Layout{}; }
 
   // Images in kTasks ranges (one when a single thread runs it).
-  int tasks() const override { return members_ > 1 ? kTasks : 1; }
+  Tasks tasks() const override { return Tasks::split(members_ > 1 ? kTasks : 1); }
   void run_task(const KernelIO& io, int task, int member) override {
-    run_images(io, batch_ * task / tasks(), batch_ * (task + 1) / tasks(), member);
+    run_images(io, batch_ * task / tasks().count, batch_ * (task + 1) / tasks().count, member);
   }
   void run(const KernelIO& io) override { run_images(io, 0, batch_, -1); }
 
@@ -302,7 +302,7 @@ class LRNKernel : public Kernel {
   void run_images(const KernelIO& io, int64_t begin, int64_t end, int member) {
     const float* x = io.inputs[0].data<float>();
     const float* dy = backward_ ? io.inputs[1].data<float>() : nullptr;
-    float* out = const_cast<Tensor&>(io.outputs[0]).data<float>();
+    float* out = io.outputs[0].data<float>();
     float* scratch = static_cast<float*>(io.scratch);
     const int64_t image = channels_ * plane_;
 #pragma omp parallel for num_threads(team_) schedule(dynamic, 2) if (member < 0)

@@ -35,9 +35,7 @@ double sum_contiguous(const float* p, int64_t n, F f) {
 constexpr auto identity = [](float v) { return static_cast<double>(v); };
 
 // KernelIO is const in run(), but its output tensors are views meant for writing.
-float* output(const KernelIO& io, size_t index = 0) {
-  return const_cast<Tensor&>(io.outputs[index]).data<float>();
-}
+float* output(const KernelIO& io, size_t index = 0) { return io.outputs[index].data<float>(); }
 
 // Offset of the `linear`-th index of a row-major box of `sizes`, walked with `strides`.
 int64_t offset_of(int64_t linear, const std::vector<int64_t>& sizes,
@@ -191,7 +189,7 @@ KernelRegistrar add_n_kernel{"AddN", DeviceKind::cpu,
 
 KernelRegistrar reshape_kernel{"Reshape", DeviceKind::cpu,
                                simple_kernel([](const Node&, const KernelIO& io) {
-                                 void* y = const_cast<Tensor&>(io.outputs[0]).raw_data();
+                                 void* y = io.outputs[0].raw_data();
                                  if (y != io.inputs[0].raw_data() && io.inputs[0].nbytes() > 0)
                                    std::memcpy(y, io.inputs[0].raw_data(), io.inputs[0].nbytes());
                                })};

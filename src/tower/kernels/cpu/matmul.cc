@@ -29,7 +29,7 @@ std::unique_ptr<Kernel> make_matmul(const Node& node, const KernelContext& conte
   const int64_t m = y[0], n = y[1], k = ta ? a[0] : a[1];
   if (m == 0 || n == 0 || k == 0)  // nothing to compute, or an empty sum: y = 0
     return simple_kernel([](const Node&, const KernelIO& io) {
-      Tensor& out = const_cast<Tensor&>(io.outputs[0]);
+      Tensor& out = io.outputs[0];
       std::fill_n(out.data<float>(), out.numel(), 0.0f);
     })(node, context);
   // bf16: the operands are read as bf16 copies (row-major, like the f32 values: the runtime

@@ -13,7 +13,7 @@ constexpr int64_t kParallelMin = 16384;  // below this many elements one thread 
 
 template <typename T>
 T* output(const KernelIO& io, size_t index = 0) {
-  return const_cast<Tensor&>(io.outputs[index]).data<T>();
+  return io.outputs[index].data<T>();
 }
 
 // Labels come from data files, so a bad one is a user error: report the first, by example.

@@ -271,10 +271,10 @@ class MaxPoolGradKernel : public Kernel {
   }
 
   // Planes (an image's block of channels) in kTasks ranges (one when a single thread runs it).
-  int tasks() const override { return members_ > 1 ? kTasks : 1; }
+  Tasks tasks() const override { return Tasks::split(members_ > 1 ? kTasks : 1); }
   void run_task(const KernelIO& io, int task, int member) override {
     const int64_t planes = num_planes();
-    run_planes(io, planes * task / tasks(), planes * (task + 1) / tasks(), member);
+    run_planes(io, planes * task / tasks().count, planes * (task + 1) / tasks().count, member);
   }
   void run(const KernelIO& io) override { run_planes(io, 0, num_planes(), -1); }
 
@@ -305,7 +305,7 @@ class MaxPoolGradKernel : public Kernel {
                 ops::axis_padding(x[3], a.ksize[1], a.strides[1], a.padding)};
     const float* xd = io.inputs[0].data<float>();
     const float* dyd = io.inputs[1].data<float>();
-    void* dx = const_cast<void*>(io.outputs[0].raw_data());
+    void* dx = io.outputs[0].raw_data();
     auto* scratch = static_cast<float*>(io.scratch);
     const int64_t* xs = x_blocks_.strides;
     const int64_t* ds = dy_blocks_.strides;

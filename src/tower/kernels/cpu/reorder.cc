@@ -33,7 +33,7 @@ class ReorderKernel : public Kernel {
   void run(const KernelIO& io) override {
     if (to_bf16_) {
       const float* in = io.inputs[0].data<float>();
-      auto* out = static_cast<uint16_t*>(const_cast<void*>(io.outputs[0].raw_data()));
+      auto* out = static_cast<uint16_t*>(io.outputs[0].raw_data());
       const auto n = static_cast<int64_t>(from_md_.get_size() / sizeof(float));
       // Blocks taken one at a time: a thread slowed by another process converts fewer.
 #pragma omp parallel for schedule(dynamic, 1)

@@ -99,7 +99,7 @@ class ConvKernel : public Kernel {
     auto* w16 = reinterpret_cast<uint16_t*>(reinterpret_cast<char*>(x16) + bf16_bytes(x_numel()));
     auto* y16 = reinterpret_cast<uint16_t*>(reinterpret_cast<char*>(w16) + bf16_bytes(w_.numel()));
     void* workspace = reinterpret_cast<char*>(y16) + bf16_bytes(y_.numel());
-    float* out = const_cast<Tensor&>(io.outputs[0]).data<float>();
+    float* out = io.outputs[0].data<float>();
     switch (mode_) {
       case Mode::forward: {  // (x, w) -> y
         const void* x = operand(pad(io.inputs[0].data<float>(), padded), x16, x_numel());

@@ -39,7 +39,7 @@ auto shared_handle(cudaStream_t stream, Create create, Destroy destroy) {
 // KernelIO is const in run(), but its output tensors are views meant for writing.
 template <typename T = float>
 T* output_of(const KernelIO& io, size_t index = 0) {
-  return const_cast<Tensor&>(io.outputs[index]).data<T>();
+  return io.outputs[index].data<T>();
 }
 
 // A kernel whose run() is a function of the node, the io and the stream (no per-shape state).

@@ -48,7 +48,7 @@ KernelRegistrar add_n{"AddN", DeviceKind::cuda,
 KernelRegistrar reshape{
     "Reshape", DeviceKind::cuda, stream_kernel([](const Node&, const KernelIO& io, cudaStream_t s) {
       const void* x = io.inputs[0].raw_data();
-      void* y = const_cast<Tensor&>(io.outputs[0]).raw_data();
+      void* y = io.outputs[0].raw_data();
       if (x != y)
         TOWER_CUDA_CHECK(
             cudaMemcpyAsync(y, x, io.outputs[0].nbytes(), cudaMemcpyDeviceToDevice, s));

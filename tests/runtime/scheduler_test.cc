@@ -75,10 +75,10 @@ TEST(SchedulerTest, TheCriticalPathKeepsProgramOrder) {
   const std::vector<TaskStep> steps = critical_chain(6, 4);
   FakeRunner runner(steps);
   TaskScheduler scheduler(steps, runner);
-  for (int run = 0; run < 3; ++run) scheduler.run(2);  // set up again each time
+  for (int run = 0; run < 3; ++run) scheduler.run(run, 2);  // set up again each time
   FakeRunner once(steps);
   TaskScheduler fresh(steps, once);
-  fresh.run(2);
+  fresh.run(0, 2);
   once.expect_every_task_once();
   EXPECT_EQ(once.finish_order_, (std::vector<int>{0, 1, 2, 3, 4, 5}));
   for (int p = 1; p < 6; ++p) EXPECT_GT(once.first_start(p), once.finish_[p - 1]) << p;
@@ -96,7 +96,7 @@ TEST(SchedulerTest, DeferrableStepsWaitForTheirInputsAndTheWindowHoldsStepsBack)
   FakeRunner runner(steps);
   runner.slow = 1;
   TaskScheduler scheduler(steps, runner);
-  scheduler.run(2);
+  scheduler.run(0, 2);
   runner.expect_every_task_once();
   EXPECT_GT(runner.first_start(1), runner.finish_[0]);
   EXPECT_GT(runner.first_start(3), runner.finish_[1]);
@@ -112,7 +112,7 @@ TEST(SchedulerTest, AnErrorInATaskStopsTheRunAndIsRethrown) {
   runner.failing = 2;
   TaskScheduler scheduler(steps, runner);
   try {
-    scheduler.run(2);
+    scheduler.run(0, 2);
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_STREQ(e.what(), "task 0 of step 2");
@@ -121,7 +121,7 @@ TEST(SchedulerTest, AnErrorInATaskStopsTheRunAndIsRethrown) {
   EXPECT_EQ(runner.start_.count(4), 0u);
   FakeRunner again(steps);
   TaskScheduler scheduler2(steps, again);
-  scheduler2.run(2);
+  scheduler2.run(0, 2);
   again.expect_every_task_once();
 }
 
@@ -134,8 +134,8 @@ TEST(SchedulerTest, AGroupsThreadsShareTheirProgramsTasks) {
   big_runner.slow = 0;
   TaskScheduler a(big, big_runner, &group, 0), b(small, small_runner, &group, 1);
   EXPECT_EQ(group.members, (std::vector<TaskScheduler*>{&a, &b}));
-  std::thread other([&] { b.run_in_group(0); });
-  a.run_in_group(0);
+  std::thread other([&] { b.run(0, 1); });
+  a.run(0, 1);
   other.join();
   big_runner.expect_every_task_once();
   small_runner.expect_every_task_once();

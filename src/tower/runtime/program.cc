@@ -34,15 +34,14 @@ ProgramGroup::ProgramGroup(int size) : state_(std::make_unique<State>(size)) {
 ProgramGroup::~ProgramGroup() = default;
 
 struct Program::Impl : CompiledProgram, TaskRunner {
+  std::unique_ptr<ProgramGroup> own_group;  // alone: a group of one (outlives the scheduler)
   bool profiling = false;
   std::unique_ptr<TaskScheduler> scheduler;                  // contended mode's, when it may run
   const std::function<void(int)>* on_fetch_ready = nullptr;  // of the run under way
-  bool contended = false;                                    // the mode of the next run
-  int streak = 0;      // runs in a row that asked for the other mode
   int caller_tid = 0;  // the thread whose team team_delays are
   std::vector<std::unique_ptr<RunDelay>> team_delays;
-  ProgramGroup::State* group = nullptr;  // options.group's
-  int64_t runs = 0;                      // in a group: the rounds so far
+  ProgramGroup::State* group = nullptr;  // options.group's, or own_group's
+  int64_t runs = 0;                      // the rounds so far
 
   ~Impl() {
     if (group != nullptr) group->programs[static_cast<size_t>(options.group_member)] = nullptr;
@@ -101,18 +100,20 @@ struct Program::Impl : CompiledProgram, TaskRunner {
         .count();
   }
 
-  // A group member's run in the round's mode, then its share of the group's automatic decision.
-  void run_in_group(const std::function<void(int)>& on_fetch_ready, bool contendable) {
+  // A round of the group in its mode (contended: the scheduler; else the steps in order, each on
+  // the team), then this program's share of the group's automatic decision. A program alone is a
+  // group of one.
+  void run_round(const std::function<void(int)>& on_fetch_ready, bool contendable) {
     ProgramGroup::State& g = *group;
     const int64_t round = runs++;
     const bool watch = g.contention == ProgramOptions::Contention::automatic;
-    const int64_t waited = watch ? team_waited_ns() : 0;
+    const int64_t waited = watch && contendable ? team_waited_ns() : 0;
     const auto start = std::chrono::steady_clock::now();
     std::exception_ptr error;
     if (contendable && g.contended.load(std::memory_order_relaxed)) {
       this->on_fetch_ready = &on_fetch_ready;
       try {
-        scheduler->run_in_group(round);
+        scheduler->run(round, options.num_threads);
       } catch (...) {
         error = std::current_exception();
       }
@@ -127,8 +128,8 @@ struct Program::Impl : CompiledProgram, TaskRunner {
       g.tasks.wake_all();
     }
     if (watch) {
-      g.waits[static_cast<size_t>(options.group_member)] = {team_waited_ns() - waited,
-                                                            ns_since(start)};
+      g.waits[static_cast<size_t>(options.group_member)] = {
+          contendable ? team_waited_ns() - waited : 0, ns_since(start)};
       // The last member to leave the round decides the next one's mode for all.
       if (g.left.fetch_add(1, std::memory_order_acq_rel) + 1 ==
           static_cast<int64_t>(g.programs.size()) * (round + 1)) {
@@ -181,21 +182,24 @@ Program::Program(const Graph& graph, std::vector<Value> fetches, VariableStore& 
   // The kernels are made for the team that will run them (oneDNN primitives keep the size).
   KernelThreadsScope threads(options.num_threads);
   check_precision_supported(options.precision, options.device);
-  m.options = options;
-  m.contended = options.contention == ProgramOptions::Contention::on;
   if (options.group != nullptr) {
-    ProgramGroup::State& g = *options.group->state_;
     if (options.device.kind != DeviceKind::cpu || options.num_threads != 1)
       fail("a program group takes one-thread CPU programs, not {} with {} threads",
            options.device.to_string(), options.num_threads);
-    const auto member = static_cast<size_t>(options.group_member);
-    TOWER_CHECK(member < g.programs.size() && g.programs[member] == nullptr);
-    g.programs[member] = &m;
-    g.contention = options.contention;
-    g.contended = options.contention == ProgramOptions::Contention::on;
-    m.group = &g;
-    m.group_size = static_cast<int>(g.programs.size());
+    m.group_size = static_cast<int>(options.group->state_->programs.size());
+  } else {
+    m.own_group = std::make_unique<ProgramGroup>(1);
+    options.group_member = 0;
   }
+  ProgramGroup::State& g =
+      *(options.group != nullptr ? options.group.get() : m.own_group.get())->state_;
+  const auto member = static_cast<size_t>(options.group_member);
+  TOWER_CHECK(member < g.programs.size() && g.programs[member] == nullptr);
+  g.programs[member] = &m;
+  g.contention = options.contention;
+  g.contended = options.contention == ProgramOptions::Contention::on;
+  m.group = &g;
+  m.options = options;
   m.fetches = fetches;
   if (options.device.kind != DeviceKind::cpu)
     m.stream = device_ops(options.device.kind).create_stream(options.device.index);
@@ -203,8 +207,8 @@ Program::Program(const Graph& graph, std::vector<Value> fetches, VariableStore& 
   if (m.contendable_plan()) {
     std::vector<TaskStep> tasks;
     for (const Impl::Step& s : m.steps) tasks.push_back(s.schedule);
-    m.scheduler = std::make_unique<TaskScheduler>(
-        std::move(tasks), m, m.group != nullptr ? &m.group->tasks : nullptr, options.group_member);
+    m.scheduler =
+        std::make_unique<TaskScheduler>(std::move(tasks), m, &g.tasks, options.group_member);
   }
 }
 
@@ -234,21 +238,8 @@ void Program::run(uint64_t step, const std::function<void(int)>& on_fetch_ready)
   if (on_fetch_ready)
     for (int f : m.source_fetches) on_fetch_ready(f);
   for (Impl::Step& s : m.steps) s.io.step = step;
-  const bool contendable = m.scheduler != nullptr && !m.profiling;
-  if (m.group != nullptr) return m.run_in_group(on_fetch_ready, contendable);
-  const bool watch = contendable && m.options.contention == ProgramOptions::Contention::automatic;
-  const int64_t waited = watch ? m.team_waited_ns() : 0;
-  const auto start = std::chrono::steady_clock::now();
-  if (contendable && m.contended) {
-    m.on_fetch_ready = &on_fetch_ready;
-    m.scheduler->run(m.options.num_threads);
-    ++m.stats.contended_runs;
-  } else {
-    m.run_steps(on_fetch_ready);
-  }
+  m.run_round(on_fetch_ready, m.scheduler != nullptr && !m.profiling);
   m.synchronize();
-  if (watch)
-    observe_contention(m.team_waited_ns() - waited, m.ns_since(start), m.contended, m.streak);
 }
 
 void Program::synchronize() const { impl_->synchronize(); }

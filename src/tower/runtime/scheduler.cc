@@ -17,7 +17,8 @@ TaskScheduler::TaskScheduler(std::vector<TaskStep> steps, TaskRunner& runner, Ta
                              int member)
     : steps_(std::move(steps)),
       runner_(runner),
-      group_(group),
+      own_group_(group == nullptr ? std::make_unique<TaskGroup>(1) : nullptr),
+      group_(group != nullptr ? group : own_group_.get()),
       member_(member),
       taken_(std::make_unique<std::atomic<int>[]>(steps_.size())),
       done_(std::make_unique<std::atomic<int>[]>(steps_.size())),
@@ -25,27 +26,25 @@ TaskScheduler::TaskScheduler(std::vector<TaskStep> steps, TaskRunner& runner, Ta
       reached_(steps_.size()),
       finished_(steps_.size()) {
   for (const TaskStep& s : steps_) deferrable_ += s.deferrable ? 1 : 0;
-  if (group_ != nullptr) {
-    TOWER_CHECK(member_ >= 0 && member_ < static_cast<int>(group_->members.size()));
-    group_->members[static_cast<size_t>(member_)] = this;
-  }
+  TOWER_CHECK(member_ >= 0 && member_ < static_cast<int>(group_->members.size()));
+  group_->members[static_cast<size_t>(member_)] = this;
 }
 
-TaskScheduler::~TaskScheduler() {
-  if (group_ != nullptr) group_->members[static_cast<size_t>(member_)] = nullptr;
-}
+TaskScheduler::~TaskScheduler() { group_->members[static_cast<size_t>(member_)] = nullptr; }
 
-void TaskScheduler::run(int members) {
-  set_up();
-  run_on_team(members, [&](int member) { work(member); });
-  rethrow();
-}
-
-void TaskScheduler::run_in_group(int64_t round) {
+void TaskScheduler::run(int64_t round, int threads) {
+  TOWER_CHECK(threads == 1 || group_->members.size() == 1);
   set_up();
   round_.store(round, std::memory_order_release);
   wake_all();
-  work_in_group(member_, round);
+  if (threads <= 1) {
+    work(member_, round);
+  } else {
+    run_on_team(threads, [&](int t) {
+      if (t > 0 && trace::active()) trace::name_thread(fmt::format("team member {}", t));
+      work(member_ * threads + t, round);
+    });
+  }
   rethrow();
 }
 
@@ -75,24 +74,9 @@ void TaskScheduler::rethrow() {
   }
 }
 
-// One member's part of a run alone.
-void TaskScheduler::work(int member) {
-  if (member > 0 && trace::active()) trace::name_thread(fmt::format("team member {}", member));
-  for (;;) {
-    const uint32_t epoch = epoch_.load(std::memory_order_acquire);
-    if (failed_.load(std::memory_order_acquire)) return;
-    if (take_critical(member) || take_deferred(member)) continue;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (all_run()) return;
-    }
-    wait_for_work(epoch_, epoch);
-  }
-}
-
-// A group member's part of a round: its own program's critical step first, then the others' (of
-// this round), then deferrable steps, its own first.
-void TaskScheduler::work_in_group(int member, int64_t round) {
+// A thread's part of a round: its own program's critical step first, then the others' (of this
+// round), then deferrable steps, its own first; until every program of the round is done.
+void TaskScheduler::work(int member, int64_t round) {
   TaskGroup& g = *group_;
   const int64_t all_done = static_cast<int64_t>(g.members.size()) * (round + 1);
   auto take_from_others = [&](bool critical) {
@@ -150,13 +134,13 @@ bool TaskScheduler::take_deferred(int member) {
   return true;
 }
 
-// Runs a task of step p if one is left (see run_task_of). In a group, the last member to leave a
-// program that is done counts it done, so that its run returns only when nobody is still inside
-// its steps or their callbacks.
+// Runs a task of step p if one is left (see run_task_of). The last thread to leave a program that
+// is done counts it done, so that its run returns only when nobody is still inside its steps or
+// their callbacks.
 bool TaskScheduler::take(int p, int member) {
   busy_.fetch_add(1, std::memory_order_acq_rel);
   const bool took = run_task_of(p, member);
-  if (busy_.fetch_sub(1, std::memory_order_acq_rel) == 1 && group_ != nullptr) {
+  if (busy_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
     bool counted = false;
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -211,10 +195,10 @@ bool TaskScheduler::in_window(int p) const {
   return p < prefix_.load(std::memory_order_acquire) + kWindow;
 }
 
-// With the mutex held: in a group, counts this program done for the round once every step has run
-// (or one failed) and no member is inside a task; true when it counted it now.
+// With the mutex held: counts this program done for the round once every step has run (or one
+// failed) and no thread is inside a task; true when it counted it now.
 bool TaskScheduler::count_if_done() {
-  if (group_ == nullptr || counted_ || busy_.load(std::memory_order_acquire) != 0) return false;
+  if (counted_ || busy_.load(std::memory_order_acquire) != 0) return false;
   if (!failed_ && !all_run()) return false;
   counted_ = true;
   group_->finished.fetch_add(1, std::memory_order_acq_rel);
@@ -226,11 +210,7 @@ bool TaskScheduler::all_run() const {
   return cursor_.load() >= static_cast<int>(steps_.size()) && deferred_left_ == 0;
 }
 
-void TaskScheduler::wake_all() {
-  if (group_ != nullptr) return group_->wake_all();
-  epoch_.fetch_add(1, std::memory_order_acq_rel);
-  epoch_.notify_all();
-}
+void TaskScheduler::wake_all() { group_->wake_all(); }
 
 // With the mutex held, after critical step p (-1: at the start): the deferrable steps up to the
 // next critical one are reached, and may run once their inputs are written.

@@ -10,9 +10,10 @@
 // window: step p may start only when every step before p - kWindow + 1 has finished, so that the
 // memory plan may reuse a buffer kWindow steps after its last reader.
 //
-// Alone, one team of threads takes the tasks of one program. In a TaskGroup, one-thread programs
-// run at once (a process's CPU towers), each on its own thread, and each thread also takes the
-// tasks of the group's other programs of the same round.
+// Programs run in a TaskGroup, one round at a time, each from its own thread and that thread's
+// kernel team; every thread also takes the tasks of the group's other programs of the same round.
+// A group holds a process's one-thread CPU towers, or one program alone (a group of its own, run
+// by its whole team): one path for both.
 #pragma once
 
 #include <atomic>
@@ -46,7 +47,7 @@ class TaskRunner {
 
 class TaskScheduler;
 
-// The schedulers of one-thread programs that run at once, one round at a time.
+// The schedulers of programs that run at once, one round at a time.
 struct TaskGroup {
   explicit TaskGroup(int size) : members(static_cast<size_t>(size), nullptr) {}
   std::vector<TaskScheduler*> members;  // by member; null when not (yet) built
@@ -60,26 +61,25 @@ class TaskScheduler {
  public:
   static constexpr int kWindow = 3;
 
-  // `group`: null alone, or the group whose member `member` this program is (registered there
-  // until destroyed).
+  // `group`: the group whose member `member` this program is (registered there until destroyed);
+  // null: a group of its own.
   TaskScheduler(std::vector<TaskStep> steps, TaskRunner& runner, TaskGroup* group = nullptr,
                 int member = 0);
   ~TaskScheduler();
   TaskScheduler(const TaskScheduler&) = delete;
   TaskScheduler& operator=(const TaskScheduler&) = delete;
 
-  // Alone: a team of `members` threads (the calling thread's kernel team) runs every step. The
-  // first exception a task throws is rethrown here, once every member has stopped.
-  void run(int members);
-  // In a group: round `round` of this program, from its own thread, which also takes tasks of
-  // the group's other programs until every program of the round is done.
-  void run_in_group(int64_t round);
+  // Round `round` of this program (its runs count 0, 1, ..., whether the scheduler ran them or
+  // not: see TaskGroup::finished) on `threads` threads, the calling thread's kernel team (1 in a
+  // group of several), which also take tasks of the group's other programs until every program
+  // of the round is done. The first exception a task throws is rethrown here, once every thread
+  // has stopped. Tasks see member ids member * threads + team thread.
+  void run(int64_t round, int threads);
 
  private:
   void set_up();
   void rethrow();
-  void work(int member);
-  void work_in_group(int member, int64_t round);
+  void work(int member, int64_t round);
   static void wait_for_work(std::atomic<uint32_t>& epoch, uint32_t seen);
   bool take_critical(int member);
   bool take_deferred(int member);
@@ -93,18 +93,18 @@ class TaskScheduler {
 
   std::vector<TaskStep> steps_;
   TaskRunner& runner_;
+  std::unique_ptr<TaskGroup> own_group_;  // alone: a group of one
   TaskGroup* group_;
   int member_;
   int deferrable_ = 0;
   std::atomic<int> cursor_{0};  // the critical step whose tasks are taken now; size: done
   std::unique_ptr<std::atomic<int>[]> taken_, done_;  // per step: tasks taken, tasks done
-  std::atomic<uint32_t> epoch_{0};                    // alone: bumped when there is new work
   std::atomic<bool> failed_{false};
-  std::atomic<int64_t> round_{-1};  // in a group: the round being run, once set up
+  std::atomic<int64_t> round_{-1};  // the round being run, once set up
   std::atomic<int> busy_{0};        // members inside take()
   std::atomic<int> prefix_{0};      // every step before it has finished (the window)
   std::mutex mutex_;                // guards the rest
-  bool counted_ = false;            // in a group: counted in TaskGroup::finished
+  bool counted_ = false;            // counted in TaskGroup::finished
   std::vector<int> waiting_;        // per step: deferrable inputs not yet written
   std::vector<char> reached_;       // per step: the critical path has passed it
   std::vector<char> finished_;      // per step

@@ -81,6 +81,9 @@ struct KernelContext {
   }
 };
 
+// Which pass a kernel computes, for kernels that serve an op and its gradient.
+enum class Pass { forward, backward };
+
 // How a kernel runs in Program's contended mode (Kernel::tasks).
 struct Tasks {
   enum class Kind {

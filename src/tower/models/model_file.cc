@@ -49,12 +49,14 @@ class Keys {
       bad(key, v, fmt::format("a whole number >= {}", min));
     return v.get<int64_t>();
   }
-  float number(const char* key, float fallback, float min, bool inclusive_max, float max) const {
+  enum class Upper { included, excluded };  // whether max itself is allowed
+  float number(const char* key, float fallback, float min, float max, Upper upper) const {
     if (!has(key)) return fallback;
     const Json& v = get(key);
     const double d = v.is_number() ? v.get<double>() : -1e300;
-    if (!v.is_number() || d < min || (inclusive_max ? d > max : d >= max))
-      bad(key, v, fmt::format("a number in [{}, {}{}", min, max, inclusive_max ? "]" : ")"));
+    const bool included = upper == Upper::included;
+    if (!v.is_number() || d < min || (included ? d > max : d >= max))
+      bad(key, v, fmt::format("a number in [{}, {}{}", min, max, included ? "]" : ")"));
     return static_cast<float>(d);
   }
   std::string text(const char* key, std::optional<std::string> fallback) const {
@@ -116,8 +118,8 @@ class Keys {
 };
 
 nn::BatchNorm bn_options(Keys& k) {
-  return nn::BatchNorm{.momentum = k.number("momentum", 0.99f, 0, false, 1),
-                       .epsilon = k.number("epsilon", 1e-3f, 0, true, 1)};
+  return nn::BatchNorm{.momentum = k.number("momentum", 0.99f, 0, 1, Keys::Upper::excluded),
+                       .epsilon = k.number("epsilon", 1e-3f, 0, 1, Keys::Upper::included)};
 }
 
 nn::Conv2D conv_options(Keys& k) {
@@ -128,8 +130,8 @@ nn::Conv2D conv_options(Keys& k) {
                     .activation = k.activation(),
                     .bias = k.flag("bias", true),
                     .init = k.init("init", Initializer::he_normal()),
-                    .bias_init = k.number("bias_init", 0, -1e30f, true, 1e30f),
-                    .weight_decay = k.number("weight_decay", 0, 0, true, 1e30f)};
+                    .bias_init = k.number("bias_init", 0, -1e30f, 1e30f, Keys::Upper::included),
+                    .weight_decay = k.number("weight_decay", 0, 0, 1e30f, Keys::Upper::included)};
 }
 
 nn::Pool pool_options(Keys& k) {
@@ -163,8 +165,8 @@ std::optional<Step> layer_with_variables(Keys& k, const std::string& type,
                 .activation = k.activation(),
                 .bias = k.flag("bias", true),
                 .init = k.init("init", Initializer::glorot_uniform()),
-                .bias_init = k.number("bias_init", 0, -1e30f, true, 1e30f),
-                .weight_decay = k.number("weight_decay", 0, 0, true, 1e30f)};
+                .bias_init = k.number("bias_init", 0, -1e30f, 1e30f, Keys::Upper::included),
+                .weight_decay = k.number("weight_decay", 0, 0, 1e30f, Keys::Upper::included)};
     return [name, o, classes](const Scope& s, Value x, Context& c) {
       nn::Dense d = o;
       if (classes) d.units = c.num_classes;
@@ -181,7 +183,7 @@ std::optional<Step> layer_with_variables(Keys& k, const std::string& type,
     k.only({"type", "name", "filters", "stride", "weight_decay", "momentum", "epsilon"});
     nn::Residual o{.filters = k.whole("filters", std::nullopt),
                    .stride = k.whole("stride", 1),
-                   .weight_decay = k.number("weight_decay", 0, 0, true, 1e30f),
+                   .weight_decay = k.number("weight_decay", 0, 0, 1e30f, Keys::Upper::included),
                    .batch_norm = bn_options(k)};
     return [name, o](const Scope& s, Value x, Context& c) {
       return nn::residual_block(s, name, x, c.mode, c.updates, o);
@@ -203,15 +205,15 @@ std::optional<Step> layer_without_variables(Keys& k, const std::string& type,
   if (type == "lrn") {
     k.only({"type", "name", "depth_radius", "bias", "alpha", "beta"});
     ops::LRNAttrs o{.depth_radius = k.whole("depth_radius", 5, 0),
-                    .bias = k.number("bias", 1.0f, 0, true, 1e30f),
-                    .alpha = k.number("alpha", 1.0f, 0, true, 1e30f),
-                    .beta = k.number("beta", 0.5f, 0, true, 1e30f)};
+                    .bias = k.number("bias", 1.0f, 0, 1e30f, Keys::Upper::included),
+                    .alpha = k.number("alpha", 1.0f, 0, 1e30f, Keys::Upper::included),
+                    .beta = k.number("beta", 0.5f, 0, 1e30f, Keys::Upper::included)};
     return [name, o](const Scope& s, Value x, Context&) { return nn::lrn(s, name, x, o); };
   }
   if (type == "dropout") {
     k.only({"type", "name", "rate"});
     k.get("rate");  // required
-    const float rate = k.number("rate", 0, 0, false, 1);
+    const float rate = k.number("rate", 0, 0, 1, Keys::Upper::excluded);
     return [rate](const Scope& s, Value x, Context& c) { return nn::dropout(s, x, rate, c.mode); };
   }
   if (type == "global_avg_pool" || type == "flatten") {
@@ -252,13 +254,13 @@ Recipe parse_recipe(const Json& json, const std::string& origin) {
           "weight_decay", "augmentation", "data"});
   Recipe r;
   r.optimizer = k.text("optimizer", r.optimizer);
-  r.momentum = k.number("momentum", r.momentum, 0, false, 1);
-  r.lr = k.number("lr", r.lr, 0, true, 1e30f);
+  r.momentum = k.number("momentum", r.momentum, 0, 1, Keys::Upper::excluded);
+  r.lr = k.number("lr", r.lr, 0, 1e30f, Keys::Upper::included);
   r.lr_schedule = k.text("lr_schedule", r.lr_schedule);
   r.batch_size = k.whole("batch_size", r.batch_size);
-  r.epochs = k.number("epochs", static_cast<float>(r.epochs), 0, true, 1e6f);
-  r.ema_decay = k.number("ema_decay", r.ema_decay, 0, false, 1);
-  r.weight_decay = k.number("weight_decay", r.weight_decay, 0, true, 1e30f);
+  r.epochs = k.number("epochs", static_cast<float>(r.epochs), 0, 1e6f, Keys::Upper::included);
+  r.ema_decay = k.number("ema_decay", r.ema_decay, 0, 1, Keys::Upper::excluded);
+  r.weight_decay = k.number("weight_decay", r.weight_decay, 0, 1e30f, Keys::Upper::included);
   r.augmentation = k.text("augmentation", r.augmentation);
   r.data = k.text("data", std::string());
   return r;

@@ -79,18 +79,17 @@ void TaskScheduler::rethrow() {
 void TaskScheduler::work(int member, int64_t round) {
   TaskGroup& g = *group_;
   const int64_t all_done = static_cast<int64_t>(g.members.size()) * (round + 1);
-  auto take_from_others = [&](bool critical) {
+  auto take_from_others = [&](bool (TaskScheduler::*take)(int)) {
     for (TaskScheduler* other : g.members)
       if (other != nullptr && other != this &&
-          other->round_.load(std::memory_order_acquire) == round &&
-          (critical ? other->take_critical(member) : other->take_deferred(member)))
+          other->round_.load(std::memory_order_acquire) == round && (other->*take)(member))
         return true;
     return false;
   };
   for (;;) {
     const uint32_t epoch = g.epoch.load(std::memory_order_acquire);
-    if (take_critical(member) || take_from_others(true) || take_deferred(member) ||
-        take_from_others(false))
+    if (take_critical(member) || take_from_others(&TaskScheduler::take_critical) ||
+        take_deferred(member) || take_from_others(&TaskScheduler::take_deferred))
       continue;
     if (g.finished.load(std::memory_order_acquire) >= all_done) return;
     wait_for_work(g.epoch, epoch);

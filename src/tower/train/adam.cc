@@ -12,12 +12,13 @@ namespace {
 // gradient: var *= 1 - lr * weight_decay.
 class Adam final : public Optimizer {
  public:
-  Adam(float beta1, float beta2, float epsilon, float weight_decay, bool adamw)
-      : beta1_(beta1),
+  // name: "adam", or "adamw" with its decoupled weight decay.
+  Adam(std::string name, float beta1, float beta2, float epsilon, float weight_decay)
+      : name_(std::move(name)),
+        beta1_(beta1),
         beta2_(beta2),
         epsilon_(epsilon),
-        weight_decay_(weight_decay),
-        adamw_(adamw) {}
+        weight_decay_(weight_decay) {}
   void init(const std::vector<Param>& params) override { slots_.init(params); }
   void start_step(const std::vector<Param>& params, float lr, int64_t step) override {
     init(params);
@@ -50,11 +51,11 @@ class Adam final : public Optimizer {
     }
   }
   std::vector<std::pair<std::string, Tensor*>> slots() override { return slots_.named(); }
-  std::string name() const override { return adamw_ ? "adamw" : "adam"; }
+  std::string name() const override { return name_; }
 
  private:
+  std::string name_;
   float beta1_, beta2_, epsilon_, weight_decay_;
-  bool adamw_;
   detail::SlotSet slots_{{"m", "v"}};
   const std::vector<Param>* params_ = nullptr;
   float lr_t_ = 0, decay_ = 1;  // of the step under way
@@ -63,12 +64,12 @@ class Adam final : public Optimizer {
 }  // namespace
 
 std::unique_ptr<Optimizer> detail::make_adam(float beta1, float beta2, float epsilon) {
-  return std::make_unique<Adam>(beta1, beta2, epsilon, 0.0f, false);
+  return std::make_unique<Adam>("adam", beta1, beta2, epsilon, 0.0f);
 }
 
 std::unique_ptr<Optimizer> detail::make_adamw(float beta1, float beta2, float epsilon,
                                               float weight_decay) {
-  return std::make_unique<Adam>(beta1, beta2, epsilon, weight_decay, true);
+  return std::make_unique<Adam>("adamw", beta1, beta2, epsilon, weight_decay);
 }
 
 }  // namespace tower

@@ -269,8 +269,12 @@ std::optional<VectorLayout> blocked_layout(const Shape& x, const Layout& incomin
 
 class LRNKernel : public Kernel {
  public:
-  LRNKernel(const Node& node, const KernelContext& context, bool backward, bool relu = false)
-      : attrs_(node.attr<ops::LRNAttrs>()), backward_(backward), relu_(relu) {
+  // With Then::relu_grad the backward pass also applies the gradient of the ReLU before the LRN.
+  enum class Then { nothing, relu_grad };
+  LRNKernel(const Node& node, const KernelContext& context, Pass pass, Then then = Then::nothing)
+      : attrs_(node.attr<ops::LRNAttrs>()),
+        backward_(pass == Pass::backward),
+        relu_(then == Then::relu_grad) {
     const Shape& x = node.inputs[0].shape();
     batch_ = x[0];
     channels_ = x[1];
@@ -279,7 +283,7 @@ class LRNKernel : public Kernel {
     members_ = std::max(context.members, team_);
     blocked_ = blocked_layout(x, context.input_layout(0), attrs_);
     if (!blocked_)
-      per_thread_ = aligned_floats(static_cast<size_t>(channels_ * plane_)) * (backward ? 3 : 2);
+      per_thread_ = aligned_floats(static_cast<size_t>(channels_ * plane_)) * (backward_ ? 3 : 2);
   }
   size_t scratch_bytes() const override {
     return per_thread_ * sizeof(float) * static_cast<size_t>(members_);
@@ -332,19 +336,19 @@ class LRNKernel : public Kernel {
 KernelRegistrar lrn_kernel{
     "LRN", DeviceKind::cpu,
     [](const Node& node, const KernelContext& context) -> std::unique_ptr<Kernel> {
-      return std::make_unique<LRNKernel>(node, context, false);
+      return std::make_unique<LRNKernel>(node, context, Pass::forward);
     }};
 // inputs (x, dy) -> dx
 KernelRegistrar lrn_grad_kernel{
     "LRNGrad", DeviceKind::cpu,
     [](const Node& node, const KernelContext& context) -> std::unique_ptr<Kernel> {
-      return std::make_unique<LRNKernel>(node, context, true);
+      return std::make_unique<LRNKernel>(node, context, Pass::backward);
     }};
 // inputs (x, dy, ReLU's output = x) -> dx where x > 0
 KernelRegistrar lrn_grad_relu_kernel{
     "LRNGrad+ReluGrad", DeviceKind::cpu,
     [](const Node& node, const KernelContext& context) -> std::unique_ptr<Kernel> {
-      return std::make_unique<LRNKernel>(node, context, true, true);
+      return std::make_unique<LRNKernel>(node, context, Pass::backward, LRNKernel::Then::relu_grad);
     }};
 
 }  // namespace

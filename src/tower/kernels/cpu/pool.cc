@@ -32,9 +32,12 @@ namespace {
 
 using dnnl::memory;
 
-dnnl::algorithm algorithm_of(bool is_max) {
+enum class PoolKind { max, avg };
+
+dnnl::algorithm algorithm_of(PoolKind kind) {
   // TensorFlow's average ignores padded positions, as does its max.
-  return is_max ? dnnl::algorithm::pooling_max : dnnl::algorithm::pooling_avg_exclude_padding;
+  return kind == PoolKind::max ? dnnl::algorithm::pooling_max
+                               : dnnl::algorithm::pooling_avg_exclude_padding;
 }
 
 // The layout to pool x (N, C, H, W) in: as it comes when blocked, else nChw8c (nChw16c with
@@ -47,22 +50,22 @@ Layout pooling_layout(const Shape& x, const Layout& incoming) {
 }
 
 // y follows x: plain for a plain x (`x_md`), else the layout oneDNN picks to go with x's.
-dnnl::pooling_forward::primitive_desc forward_pd(dnnl::prop_kind prop, bool is_max, const Shape& x,
-                                                 const memory::desc& x_md, const Shape& y,
-                                                 const ops::PoolAttrs& a) {
+dnnl::pooling_forward::primitive_desc forward_pd(dnnl::prop_kind prop, PoolKind kind,
+                                                 const Shape& x, const memory::desc& x_md,
+                                                 const Shape& y, const ops::PoolAttrs& a) {
   ops::AxisPadding ph = ops::axis_padding(x[2], a.ksize[0], a.strides[0], a.padding);
   ops::AxisPadding pw = ops::axis_padding(x[3], a.ksize[1], a.strides[1], a.padding);
   memory::desc y_md = x_md == plain_md(x) ? plain_md(y)
                                           : memory::desc(to_dims(y), memory::data_type::f32,
                                                          memory::format_tag::any);
-  dnnl::pooling_forward::desc desc(prop, algorithm_of(is_max), x_md, y_md,
+  dnnl::pooling_forward::desc desc(prop, algorithm_of(kind), x_md, y_md,
                                    {a.strides[0], a.strides[1]}, {a.ksize[0], a.ksize[1]},
                                    {ph.before, pw.before}, {ph.after, pw.after});
   return {desc, user_scratchpad(), engine()};
 }
 
 // MaxPool and AvgPool (input x), in batch chunks on a team of threads (chunks.h).
-std::unique_ptr<Kernel> make_pool(const Node& node, const KernelContext& context, bool is_max) {
+std::unique_ptr<Kernel> make_pool(const Node& node, const KernelContext& context, PoolKind kind) {
   const Shape& x = node.inputs[0].shape();
   const Shape& y = node.outputs[0].shape;
   const memory::desc x_md = md_of(x, pooling_layout(x, context.input_layout(0)));
@@ -70,7 +73,7 @@ std::unique_ptr<Kernel> make_pool(const Node& node, const KernelContext& context
     const memory::desc xr_md = rows == x[0] ? x_md : with_batch(x_md, rows).value_or(x_md);
     const Shape xr = with_rows(x, xr_md.dims()[0]);
     auto pd = build(node, [&] {
-      return forward_pd(dnnl::prop_kind::forward_inference, is_max, xr, xr_md, with_rows(y, xr[0]),
+      return forward_pd(dnnl::prop_kind::forward_inference, kind, xr, xr_md, with_rows(y, xr[0]),
                         node.attr<ops::PoolAttrs>());
     });
     return Built{dnnl::pooling_forward(pd),
@@ -88,12 +91,14 @@ class AvgPoolGradKernel : public Kernel {
     const Shape& dx = node.outputs[0].shape;
     const ops::PoolAttrs& a = node.attr<ops::PoolGradAttrs>().pool;
     build(node, [&] {
-      fwd_pd_ = forward_pd(dnnl::prop_kind::forward_training, false, dx, plain_md(dx), dy, a);
+      fwd_pd_ =
+          forward_pd(dnnl::prop_kind::forward_training, PoolKind::avg, dx, plain_md(dx), dy, a);
       ops::AxisPadding ph = ops::axis_padding(dx[2], a.ksize[0], a.strides[0], a.padding);
       ops::AxisPadding pw = ops::axis_padding(dx[3], a.ksize[1], a.strides[1], a.padding);
-      dnnl::pooling_backward::desc desc(algorithm_of(false), plain_md(dx), fwd_pd_.dst_desc(),
-                                        {a.strides[0], a.strides[1]}, {a.ksize[0], a.ksize[1]},
-                                        {ph.before, pw.before}, {ph.after, pw.after});
+      dnnl::pooling_backward::desc desc(algorithm_of(PoolKind::avg), plain_md(dx),
+                                        fwd_pd_.dst_desc(), {a.strides[0], a.strides[1]},
+                                        {a.ksize[0], a.ksize[1]}, {ph.before, pw.before},
+                                        {ph.after, pw.after});
       bwd_pd_ = dnnl::pooling_backward::primitive_desc(desc, user_scratchpad(), engine(), fwd_pd_);
       return 0;
     });
@@ -345,12 +350,14 @@ std::unique_ptr<Kernel> make(const Node& node, const KernelContext& context) {
   return std::make_unique<K>(node, context);
 }
 
-KernelRegistrar max_pool_kernel{
-    "MaxPool", DeviceKind::cpu,
-    [](const Node& node, const KernelContext& context) { return make_pool(node, context, true); }};
-KernelRegistrar avg_pool_kernel{
-    "AvgPool", DeviceKind::cpu,
-    [](const Node& node, const KernelContext& context) { return make_pool(node, context, false); }};
+KernelRegistrar max_pool_kernel{"MaxPool", DeviceKind::cpu,
+                                [](const Node& node, const KernelContext& context) {
+                                  return make_pool(node, context, PoolKind::max);
+                                }};
+KernelRegistrar avg_pool_kernel{"AvgPool", DeviceKind::cpu,
+                                [](const Node& node, const KernelContext& context) {
+                                  return make_pool(node, context, PoolKind::avg);
+                                }};
 KernelRegistrar max_pool_grad_kernel{"MaxPoolGrad", DeviceKind::cpu,
                                      make<MaxPoolGradKernel<false>>};
 KernelRegistrar max_pool_grad_relu_kernel{"MaxPoolGrad+ReluGrad", DeviceKind::cpu,

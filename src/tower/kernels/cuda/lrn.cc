@@ -9,8 +9,8 @@ namespace {
 
 class LRNKernel : public Kernel {
  public:
-  LRNKernel(const Node& node, const KernelContext& context, bool backward)
-      : backward_(backward), stream_(stream_of(context)) {
+  LRNKernel(const Node& node, const KernelContext& context, Pass pass)
+      : backward_(pass == Pass::backward), stream_(stream_of(context)) {
     use_device(context.device);
     const auto& a = node.attr<ops::LRNAttrs>();
     const Shape& x = node.inputs[0].shape();
@@ -45,11 +45,11 @@ class LRNKernel : public Kernel {
 
 KernelRegistrar lrn{
     "LRN", DeviceKind::cuda, [](const Node& node, const KernelContext& context) {
-      return std::unique_ptr<Kernel>(std::make_unique<LRNKernel>(node, context, false));
+      return std::unique_ptr<Kernel>(std::make_unique<LRNKernel>(node, context, Pass::forward));
     }};
 KernelRegistrar lrn_grad{
     "LRNGrad", DeviceKind::cuda, [](const Node& node, const KernelContext& context) {
-      return std::unique_ptr<Kernel>(std::make_unique<LRNKernel>(node, context, true));
+      return std::unique_ptr<Kernel>(std::make_unique<LRNKernel>(node, context, Pass::backward));
     }};
 
 }  // namespace

@@ -91,12 +91,14 @@ void push_front(Box& box, int64_t size, int64_t stride, const Node& node) {
   ++box.rank;
 }
 
-// Sums a contiguous input over the axes marked in `reduced` (square: of x^2), times `scale`.
+// Sums a contiguous input (or its squares) over the axes marked in `reduced`, times `scale`.
 class ReduceKernel : public Kernel {
  public:
+  enum class Of { values, squares };
   ReduceKernel(const Node& node, const KernelContext& context, const std::vector<char>& reduced,
-               bool square, double scale)
+               Of of, double scale)
       : stream_(stream_of(context)), numel_(node.inputs[0].shape().numel()) {
+    const bool square = of == Of::squares;
     use_device(context.device);
     plan_.square = square;
     plan_.scale = scale;
@@ -145,19 +147,20 @@ class ReduceKernel : public Kernel {
 
 KernelRegistrar reduce_sum{
     "ReduceSum", DeviceKind::cuda, [](const Node& node, const KernelContext& context) {
-      return std::unique_ptr<Kernel>(
-          std::make_unique<ReduceKernel>(node, context, ops::summed_axes(node), false, 1.0));
+      return std::unique_ptr<Kernel>(std::make_unique<ReduceKernel>(
+          node, context, ops::summed_axes(node), ReduceKernel::Of::values, 1.0));
     }};
 KernelRegistrar sum_to_shape{
     "SumToShape", DeviceKind::cuda, [](const Node& node, const KernelContext& context) {
-      return std::unique_ptr<Kernel>(
-          std::make_unique<ReduceKernel>(node, context, ops::summed_axes(node), false, 1.0));
+      return std::unique_ptr<Kernel>(std::make_unique<ReduceKernel>(
+          node, context, ops::summed_axes(node), ReduceKernel::Of::values, 1.0));
     }};
 // sum(x^2) / 2 in double, like the CPU kernel.
 KernelRegistrar l2_loss{
     "L2Loss", DeviceKind::cuda, [](const Node& node, const KernelContext& context) {
       const std::vector<char> all(static_cast<size_t>(node.inputs[0].shape().rank()), 1);
-      return std::unique_ptr<Kernel>(std::make_unique<ReduceKernel>(node, context, all, true, 0.5));
+      return std::unique_ptr<Kernel>(
+          std::make_unique<ReduceKernel>(node, context, all, ReduceKernel::Of::squares, 0.5));
     }};
 
 // NumPy broadcast of a contiguous input: one thread per output element.

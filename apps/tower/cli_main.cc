@@ -98,8 +98,8 @@ std::string did_you_mean(const CLI::App& app, int argc, char** argv) {
 
 int tower::cli_main(int argc, char** argv) {
   // OpenMP threads that wait by spinning hold on to cores that a busy machine needs elsewhere:
-  // with one core taken by another process, cifar10 trains 25-34% faster when the team waits
-  // passively, and about as fast on a quiet machine. libgomp reads the policy when it is loaded,
+  // with one core taken by another process, training is faster when the team waits passively,
+  // and about as fast on a quiet machine. libgomp reads the policy when it is loaded,
   // before main, so tower sets it (unless the user did) and starts again.
   if (std::getenv("OMP_WAIT_POLICY") == nullptr) {
     setenv("OMP_WAIT_POLICY", "PASSIVE", 1);

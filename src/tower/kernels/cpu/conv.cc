@@ -119,14 +119,13 @@ KernelRegistrar conv2d_backprop_input_kernel{
     }};
 
 // The filter gradient as a forward convolution, for bf16 on AMX, where oneDNN 2.6's backward-
-// weights kernel runs at a sixth of its forward one (cifar10's conv2: 279 against 1717 GFLOP/s on
-// one core). With stride 1, dw[o, i, r, s] = sum over (n, p, q) of dy[n, o, p, q] *
-// x[n, i, p + r, q + s] is the convolution of a "batch" of input channels i, each an image of
-// channels n (x with its first two dimensions swapped), by "filters" dy (likewise), with x's
-// padding; its output is the filter's size. Per chunk of up to 64 rows of the batch (a task), two
-// reorders swap the dimensions of x and dy into the convolution's layouts and it writes the
-// chunk's dw; finish_tasks adds the chunks in order (and the bias gradient, summed per chunk from
-// dy), so the bits do not depend on which thread ran which chunk.
+// weights kernel is several times slower than its forward one. With stride 1, dw[o, i, r, s] = sum
+// over (n, p, q) of dy[n, o, p, q] * x[n, i, p + r, q + s] is the convolution of a "batch" of input
+// channels i, each an image of channels n (x with its first two dimensions swapped), by "filters"
+// dy (likewise), with x's padding; its output is the filter's size. Per chunk of up to 64 rows of
+// the batch (a task), two reorders swap the dimensions of x and dy into the convolution's layouts
+// and it writes the chunk's dw; finish_tasks adds the chunks in order (and the bias gradient,
+// summed per chunk from dy), so the bits do not depend on which thread ran which chunk.
 class FilterGradAsForward : public Kernel {
  public:
   // Null where it does not apply (fp32, no AMX, strides, a batch that is neither <= 64 nor a

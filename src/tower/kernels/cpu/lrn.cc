@@ -9,10 +9,9 @@
 //
 // With AVX-512, x in channel blocks of 16 (nChw16c: what the AVX-512 convolutions and pooling
 // around an LRN read and write) or channels last (nhwc: what the AMX ones write) is normalized in
-// that layout, with no conversion on either side (8 of them per cifar10 step, 2.4 ms on 2 cores):
-// each pixel's channels are whole vectors of 16, and a window's sum adds the vector to its
-// neighbours' lanes shifted in from the vectors on either side (vpermt2ps), so the window is
-// summed directly instead of by a running sum.
+// that layout, with no conversion on either side: each pixel's channels are whole vectors of 16,
+// and a window's sum adds the vector to its neighbours' lanes shifted in from the vectors on either
+// side (vpermt2ps), so the window is summed directly instead of by a running sum.
 #include "tower/ops/lrn.h"
 
 #include <immintrin.h>

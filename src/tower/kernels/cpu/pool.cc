@@ -1,16 +1,14 @@
 // Pooling with oneDNN, in the layout x comes in when it is blocked (a convolution's), else in
 // channel blocks of the vector width: oneDNN 2.6 pools plain NCHW with its reference-like
-// `simple_nchw` code, ten times slower per byte than its JIT code on blocks, far more than the
-// layout conversions cost (cifar10's second pooling, after LRN, 9 ms against 1 ms for the
-// conversion and 1 ms for the pooling, per step of 128 on 2 cores).
+// `simple_nchw` code, many times slower per byte than its JIT code on blocks, far more than the
+// layout conversions cost.
 //
 // MaxPoolGrad has only x and dy. It is a plain loop in x's layout (NCHW, nChw8c, nChw16c or NHWC;
 // others are converted): each window's argmax found again in x (the first largest, in row-major
 // order, as TensorFlow) gets dy added. oneDNN would need its workspace, which the forward pass
-// does not keep: running the forward again for it and then oneDNN's backward cost 15 ms per
-// cifar10 step against 3 ms. Fused with the ReLU gradient that follows it (MaxPoolGrad+ReluGrad,
-// when x is the ReLU's output) it skips the windows whose maximum is not positive. AvgPoolGrad,
-// which has no x, runs oneDNN on plain NCHW.
+// does not keep, and running the forward again for it costs more than the loop. Fused with the ReLU
+// gradient that follows it (MaxPoolGrad+ReluGrad, when x is the ReLU's output) it skips the windows
+// whose maximum is not positive. AvgPoolGrad, which has no x, runs oneDNN on plain NCHW.
 #include "tower/ops/pool.h"
 
 #include <omp.h>

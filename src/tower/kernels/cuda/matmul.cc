@@ -3,7 +3,7 @@
 // precision A and B are bf16 copies in scratch, multiplied with f32 accumulation into the f32 Y
 // (cublasGemmEx, tensor cores allowed).
 //
-// cuBLAS adds about 200 MB of resident memory to any process that loads it, so it is opened on
+// cuBLAS adds a large amount of resident memory to any process that loads it, so it is opened on
 // the first GPU matmul instead of at start-up: CPU-only runs of a CUDA build do not pay for it.
 #include "tower/ops/matmul.h"
 

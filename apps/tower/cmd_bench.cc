@@ -25,7 +25,7 @@ namespace {
 
 struct Flags {
   std::string model = "cifar10", mode = "train", strategy = "allreduce", devices, model_file,
-              train_dir;
+              train_dir, optimizer = "sgd";
   int64_t batch_size = 0;         // per tower, as in train
   int64_t global_batch_size = 0;  // all towers and ranks; neither flag: 128
   int64_t micro_batch_size = 0;
@@ -148,7 +148,8 @@ struct Measured {
   nlohmann::json extra = nlohmann::json::object();  // update() refuses a null
 };
 
-// The towers and optimizers of `tower train` (plain SGD), on synthetic data.
+// The towers and optimizers of `tower train` (--optimizer, plain SGD by default), on synthetic
+// data.
 Measured bench_train(const Flags& flags, const ModelDef& model, const DevicePlan& plan,
                      const BatchPlan& batches, const Tensor& images, const Tensor& labels,
                      Communicator& comm) {
@@ -166,7 +167,9 @@ Measured bench_train(const Flags& flags, const ModelDef& model, const DevicePlan
   std::unique_ptr<DataParallel> towers =
       build_towers(model, model.default_input, local_batch, 10, options);
   DataParallel& dp = *towers;
-  DataParallelOptimizer optimizer(dp, OptimizerConfig{});
+  const OptimizerConfig optimizer_config{.name = flags.optimizer};
+  validate(optimizer_config);
+  DataParallelOptimizer optimizer(dp, optimizer_config);
   ThreadPool update_pool(dp.num_replicas() - 1);
   int64_t step = 0;
   std::vector<ReduceTrace> traces;
@@ -194,6 +197,7 @@ Measured bench_train(const Flags& flags, const ModelDef& model, const DevicePlan
   std::vector<Tensor> grads;
   for (const auto& v : dp.trainable()) grads.emplace_back(v.value.shape(), DType::f32);
   m.extra = {{"strategy", flags.strategy},
+             {"optimizer", flags.optimizer},
              {"ranks", comm.size()},
              {"bucket_bytes", bucket_sizes(grads, options.bucket_bytes)},
              {"reduce_ms", mean.reduce_seconds * 1e3},
@@ -327,6 +331,9 @@ CommandRegistrar registrar{
                       "Devices instead of CPU towers, e.g. cuda:0 or cuda:0,cuda:1");
        add_program_flags(app, flags.program);
        app.add_option("--strategy", flags.strategy, "allreduce | central")->capture_default_str();
+       app.add_option("--optimizer", flags.optimizer,
+                      "Train mode's update: sgd | momentum (0.9) | adam | adamw, lr 0.01")
+           ->capture_default_str();
        app.add_flag("--profile", flags.profile,
                     "Then time every kernel: a table of ms per op type on stderr");
        app.add_option("--steps", flags.steps, "Steps per timed window")

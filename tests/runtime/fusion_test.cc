@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "tower/ops/activation.h"
+#include "tower/ops/batch_norm.h"
 #include "tower/ops/bias.h"
 #include "tower/ops/conv.h"
 #include "tower/ops/math.h"
@@ -78,6 +79,38 @@ TEST(FusionTest, SiblingGradientsAndWeightDecayFuse) {
   EXPECT_EQ(plan.fused.at(later)->op, "Conv2DBackpropFilter+BiasAddGrad");
   EXPECT_EQ(plan.fused_outputs.at(later), (std::vector<Value>{dw, db}));
   EXPECT_EQ(plan.fused_nodes, 2);
+}
+
+// Conv2D -> FusedBatchNorm -> Relu is one kernel (the batch norm folded into the convolution)
+// when the batch norm is in inference mode and its statistics outputs are not read; a training
+// batch norm is not folded.
+TEST(FusionTest, InferenceBatchNormFoldsIntoTheConvolution) {
+  for (const auto mode : {ops::BatchNormMode::inference, ops::BatchNormMode::training}) {
+    Graph g;
+    Scope s(g);
+    Value x = s.placeholder("x", Shape{2, 3, 8, 8});
+    Value w = s.get_variable("w", Shape{4, 3, 3, 3}, Initializer::zeros());
+    Value gamma = s.get_variable("gamma", Shape{4}, Initializer::ones());
+    Value beta = s.get_variable("beta", Shape{4}, Initializer::zeros());
+    Value mean = s.get_variable("mean", Shape{4}, Initializer::zeros(), Trainable::no);
+    Value var = s.get_variable("var", Shape{4}, Initializer::ones(), Trainable::no);
+    Value conv = ops::conv2d(s, x, w);
+    Value bn = ops::batch_norm(s, conv, gamma, beta, mean, var, {.mode = mode}).y;
+    Value y = ops::relu(s, bn);
+    const FusionPlan plan = plan_fusion(g, all_needed(g), {y}, DeviceKind::cpu);
+    if (mode == ops::BatchNormMode::training) {
+      EXPECT_TRUE(plan.fused.empty());
+      continue;
+    }
+    ASSERT_EQ(fused_ops(plan), (std::vector<std::string>{"Conv2D+FusedBatchNorm+Relu"}));
+    EXPECT_EQ(plan.fused.at(y.node->id)->inputs,
+              (std::vector<Value>{x, w, gamma, beta, mean, var}));
+    EXPECT_EQ(plan.fused_nodes, 2);
+    // The statistics the batch norm passes on, fetched: it cannot run hidden in the kernel.
+    const FusionPlan stats =
+        plan_fusion(g, all_needed(g), {y, bn.node->output(1)}, DeviceKind::cpu);
+    EXPECT_TRUE(stats.fused.empty());
+  }
 }
 
 }  // namespace

@@ -136,6 +136,62 @@ TEST(LayoutTest, FusionKeepsResultsAndRunsFewerKernels) {
   EXPECT_EQ(fused.num_kernels, separate.num_kernels - 7);
 }
 
+// Inference batch norms folded into their convolutions (Conv2D+FusedBatchNorm+Relu, and
+// Conv2D+FusedBatchNorm before a residual add): the same results as the three kernels apart
+// within f32 rounding (the fold scales the weights instead of the convolution's output: not the
+// same bits), with plain and propagated layouts, run after run (the fold is redone each run).
+TEST(LayoutTest, InferenceBatchNormFoldedIntoTheConvolutionKeepsResults) {
+  Graph graph;
+  Scope s(graph);
+  Value images = s.placeholder("images", Shape{4, 3, 12, 12});
+  auto variable = [&](const std::string& name, Shape shape, Trainable trainable = Trainable::yes) {
+    return s.get_variable(name, std::move(shape), Initializer::he_normal(), trainable);
+  };
+  const ops::Conv2DAttrs same{{1, 1}, ops::Padding::same};
+  const ops::BatchNormAttrs inference{.mode = ops::BatchNormMode::inference};
+  auto conv_bn = [&](const std::string& name, Value x, int64_t in, int64_t out) {
+    Value w = variable(name + "/w", Shape{out, in, 3, 3});
+    return ops::batch_norm(s, ops::conv2d(s, x, w, same), variable(name + "/gamma", Shape{out}),
+                           variable(name + "/beta", Shape{out}),
+                           variable(name + "/mean", Shape{out}, Trainable::no),
+                           variable(name + "/var", Shape{out}, Trainable::no), inference)
+        .y;
+  };
+  Value h = ops::relu(s, conv_bn("a", images, 3, 24));
+  Value y = ops::relu(s, ops::add(s, conv_bn("b", h, 24, 24), h));
+  VariableStore variables;
+  variables.initialize(graph, 4);
+  for (const char* name : {"a/var", "b/var"}) {  // variances in [0.5, 1.5]
+    Tensor& v = variables.get(name);
+    for (int64_t c = 0; c < v.numel(); ++c)
+      v.data<float>()[c] = 0.5f + static_cast<float>((c * 7) % 11) / 10.0f;
+  }
+  const Tensor input = testing::random_tensor(Shape{4, 3, 12, 12}, 6);
+  for (bool propagate : {false, true}) {
+    ProgramStats separate, fused;
+    std::vector<Tensor> a = run_program(graph, {y}, variables, {Device{}, 2, propagate, false},
+                                        images, input, &separate, 2);
+    std::vector<Tensor> b = run_program(graph, {y}, variables, {Device{}, 2, propagate, true},
+                                        images, input, &fused, 2);
+    expect_close(a, b);
+    EXPECT_EQ(fused.fused_nodes, 3) << "a: conv and batch norm under the ReLU; b: conv";
+  }
+  if (!testing::cpu_has_bf16()) return;
+  // bf16: the folded weights are rounded to bf16 instead of the unfolded ones; within 2% of the
+  // largest output.
+  ProgramOptions bf16{Device{}, 2};
+  bf16.precision = Precision::bf16;
+  ProgramOptions bf16_separate = bf16;
+  bf16_separate.fuse = false;
+  const std::vector<Tensor> a = run_program(graph, {y}, variables, bf16_separate, images, input);
+  const std::vector<Tensor> b = run_program(graph, {y}, variables, bf16, images, input);
+  float scale = 0;
+  for (int64_t k = 0; k < a[0].numel(); ++k)
+    scale = std::max(scale, std::fabs(a[0].data<float>()[k]));
+  for (int64_t k = 0; k < a[0].numel(); ++k)
+    ASSERT_NEAR(a[0].data<float>()[k], b[0].data<float>()[k], 0.02f * scale) << k;
+}
+
 // MatMul -> BiasAdd -> Relu and MatMul -> BiasAdd fuse; a chain whose middle value is read
 // elsewhere (here: fetched) does not.
 TEST(LayoutTest, MatMulChainsFuseUnlessAValueIsReadElsewhere) {

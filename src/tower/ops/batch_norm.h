@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "tower/graph/graph.h"
+#include "tower/ops/conv.h"
 
 namespace tower::ops {
 
@@ -14,6 +15,13 @@ struct BatchNormAttrs {
   float epsilon = 1e-3f;
   float momentum = 0.99f;  // decay of the moving averages
   Mode mode = Mode::training;
+};
+
+// The attributes of the runtime's fused Conv2D+FusedBatchNorm[+Relu] (an inference batch norm
+// folded into the convolution): both nodes'.
+struct ConvBatchNormAttrs {
+  Conv2DAttrs conv;
+  BatchNormAttrs batch_norm;
 };
 
 struct AssignMovingAverageAttrs {

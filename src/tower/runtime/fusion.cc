@@ -1,9 +1,11 @@
 #include "tower/runtime/fusion.h"
 
 #include <algorithm>
+#include <any>
 #include <string_view>
 
 #include "tower/kernels/kernel.h"
+#include "tower/ops/batch_norm.h"
 
 namespace tower {
 namespace {
@@ -11,11 +13,13 @@ namespace {
 Value out(const Node* n) { return n->output(0); }
 
 // One row per chain: its first op (any of), the op that alone reads the first's output, an op
-// that may follow that one, and what else the two must satisfy.
+// that may follow that one, what else the two must satisfy, and the fused node's attributes (null:
+// the first's).
 struct ChainRule {
   std::vector<std::string_view> first;
   std::string_view then, optional_last;
   bool (*fits)(const Node& first, const Node& then);
+  std::any (*attrs)(const Node& first, const Node& then) = nullptr;
 };
 
 const ChainRule kChains[] = {
@@ -23,6 +27,19 @@ const ChainRule kChains[] = {
      "BiasAdd",
      "Relu",
      [](const Node& first, const Node&) { return first.inputs[0].shape().numel() > 0; }},
+    // An inference batch norm folded into the convolution before it (the kernel scales the
+    // weights and makes the bias each run): not the same bits as the two apart.
+    {{"Conv2D"},
+     "FusedBatchNorm",
+     "Relu",
+     [](const Node& first, const Node& then) {
+       return first.inputs[0].shape().numel() > 0 &&
+              then.attr<ops::BatchNormAttrs>().mode == ops::BatchNormMode::inference;
+     },
+     [](const Node& first, const Node& then) -> std::any {
+       return ops::ConvBatchNormAttrs{first.attr<ops::Conv2DAttrs>(),
+                                      then.attr<ops::BatchNormAttrs>()};
+     }},
     {{"MaxPoolGrad", "LRNGrad"},
      "ReluGrad",
      "",
@@ -36,40 +53,64 @@ const ChainRule kChains[] = {
      }},
 };
 
-}  // namespace
-
-FusionPlan plan_fusion(const Graph& graph, const std::vector<char>& needed,
-                       const std::vector<Value>& fetches, DeviceKind device) {
-  FusionPlan plan;
-  plan.absorbed.assign(graph.nodes().size(), 0);
-  auto key = [](const Value& v) { return std::pair<int, int>{v.node->id, v.index}; };
-  std::map<std::pair<int, int>, std::vector<const Node*>> readers;
-  for (const auto& node : graph.nodes())
-    if (needed[static_cast<size_t>(node->id)])
-      for (const Value& in : node->inputs) readers[key(in)].push_back(node.get());
+// Who reads each value of the needed nodes.
+class Readers {
+ public:
+  Readers(const Graph& graph, const std::vector<char>& needed, const std::vector<Value>& fetches)
+      : fetches_(fetches) {
+    for (const auto& node : graph.nodes())
+      if (needed[static_cast<size_t>(node->id)])
+        for (const Value& in : node->inputs) of_[key(in)].push_back(node.get());
+  }
+  const std::vector<const Node*>& of(const Value& v) const {
+    static const std::vector<const Node*> none;
+    auto it = of_.find(key(v));
+    return it == of_.end() ? none : it->second;
+  }
+  bool fetched(const Value& v) const {
+    return std::find(fetches_.begin(), fetches_.end(), v) != fetches_.end();
+  }
   // The next node of a chain: the only reader of v, when v is not fetched.
-  auto next = [&](const Value& v) -> const Node* {
-    const auto& r = readers[key(v)];
-    const bool fetched =
-        std::any_of(fetches.begin(), fetches.end(), [&](const Value& f) { return f == v; });
-    return r.size() == 1 && !fetched ? r[0] : nullptr;
-  };
+  const Node* next(const Value& v) const {
+    const auto& r = of(v);
+    return r.size() == 1 && !fetched(v) ? r[0] : nullptr;
+  }
 
+ private:
+  static std::pair<int, int> key(const Value& v) { return {v.node->id, v.index}; }
+  const std::vector<Value>& fetches_;
+  std::map<std::pair<int, int>, std::vector<const Node*>> of_;
+};
+
+// The chain of a rule that starts at `first`, and the rule; empty when none does.
+std::pair<std::vector<const Node*>, const ChainRule*> chain_from(const Node& first,
+                                                                 const Readers& readers) {
+  for (const ChainRule& rule : kChains) {
+    if (std::find(rule.first.begin(), rule.first.end(), first.op) == rule.first.end()) continue;
+    const Node* then = readers.next(out(&first));
+    if (then == nullptr || then->op != rule.then || !rule.fits(first, *then)) continue;
+    std::vector<const Node*> chain = {&first, then};
+    const Node* last = rule.optional_last.empty() ? nullptr : readers.next(out(then));
+    if (last != nullptr && last->op == rule.optional_last) chain.push_back(last);
+    // A node run inside the kernel has no other output anyone reads (the batch norm's
+    // statistics, for one).
+    for (size_t i = 0; i + 1 < chain.size(); ++i)
+      for (int o = 1; o < static_cast<int>(chain[i]->outputs.size()); ++o)
+        if (!readers.of(chain[i]->output(o)).empty() || readers.fetched(chain[i]->output(o)))
+          return {};
+    return {chain, &rule};
+  }
+  return {};
+}
+
+void fuse_chains(const Graph& graph, const std::vector<char>& needed, const Readers& readers,
+                 DeviceKind device, FusionPlan& plan) {
   for (const auto& node : graph.nodes()) {
     const Node& first = *node;
     if (!needed[static_cast<size_t>(first.id)] || first.outputs.empty() ||
         first.outputs[0].shape.numel() == 0)
       continue;
-    std::vector<const Node*> chain;
-    for (const ChainRule& rule : kChains) {
-      if (std::find(rule.first.begin(), rule.first.end(), first.op) == rule.first.end()) continue;
-      const Node* then = next(out(&first));
-      if (then == nullptr || then->op != rule.then || !rule.fits(first, *then)) break;
-      chain = {&first, then};
-      const Node* last = rule.optional_last.empty() ? nullptr : next(out(then));
-      if (last != nullptr && last->op == rule.optional_last) chain.push_back(last);
-      break;
-    }
+    const auto [chain, rule] = chain_from(first, readers);
     if (chain.empty()) continue;
     auto fused = std::make_unique<Node>(*chain.back());
     fused->op = first.op;
@@ -79,14 +120,17 @@ FusionPlan plan_fusion(const Graph& graph, const std::vector<char>& needed,
       for (const Value& in : chain[i]->inputs)  // all but the value from the chain
         if (in != out(chain[i - 1])) fused->inputs.push_back(in);
     }
-    fused->attrs = first.attrs;
+    fused->attrs = rule->attrs != nullptr ? rule->attrs(first, *chain[1]) : first.attrs;
     if (find_kernel(fused->op, device) == nullptr) continue;
     for (size_t i = 0; i + 1 < chain.size(); ++i)
       plan.absorbed[static_cast<size_t>(chain[i]->id)] = 1;
     plan.fused_nodes += static_cast<int>(chain.size()) - 1;
     plan.fused[fused->id] = std::move(fused);
   }
+}
 
+void fuse_siblings(const Graph& graph, const std::vector<char>& needed, const Readers& readers,
+                   DeviceKind device, FusionPlan& plan) {
   for (const auto& node : graph.nodes()) {
     const Node& bias = *node;
     if (!needed[static_cast<size_t>(bias.id)] || bias.op != "BiasAddGrad" ||
@@ -94,7 +138,7 @@ FusionPlan plan_fusion(const Graph& graph, const std::vector<char>& needed,
       continue;
     const Value dy = bias.inputs[0];
     const Node* filter = nullptr;
-    for (const Node* r : readers[key(dy)])
+    for (const Node* r : readers.of(dy))
       if (r->op == "Conv2DBackpropFilter" && r->inputs[1] == dy && !plan.fused.count(r->id) &&
           !plan.absorbed[static_cast<size_t>(r->id)] && r->inputs[0].shape().numel() > 0)
         filter = r;
@@ -111,6 +155,17 @@ FusionPlan plan_fusion(const Graph& graph, const std::vector<char>& needed,
     plan.fused_outputs[later.id] = {out(filter), out(&bias)};
     plan.fused[later.id] = std::move(fused);
   }
+}
+
+}  // namespace
+
+FusionPlan plan_fusion(const Graph& graph, const std::vector<char>& needed,
+                       const std::vector<Value>& fetches, DeviceKind device) {
+  FusionPlan plan;
+  plan.absorbed.assign(graph.nodes().size(), 0);
+  const Readers readers(graph, needed, fetches);
+  fuse_chains(graph, needed, readers, device, plan);
+  fuse_siblings(graph, needed, readers, device, plan);
   return plan;
 }
 

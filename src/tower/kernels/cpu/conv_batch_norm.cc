@@ -1,0 +1,128 @@
+// Conv2D -> FusedBatchNorm (inference) [-> Relu], fused by the runtime (runtime/fusion.cc): the
+// batch norm is folded into the convolution. Each run (the statistics and the weights are
+// variables, which may change between runs) makes, per output channel o,
+//   s = gamma[o] / sqrt(variance[o] + epsilon),  w'[o] = w[o] * s,  b'[o] = beta[o] - mean[o] * s
+// (in double, rounded once), converts w' into the layout the convolution reads, and runs the
+// Conv2D+BiasAdd[+Relu] kernel on (x, w', b'). Not the same bits as the batch norm apart: the
+// tests bound the difference.
+// Inputs (x, w, gamma, beta, mean, variance). Outputs: y; without the Relu, FusedBatchNorm's
+// (y, mean, variance), the statistics used copied as that kernel does.
+#include <cmath>
+#include <cstring>
+
+#include "tower/kernels/cpu/dnnl_util.h"
+#include "tower/kernels/kernel.h"
+#include "tower/ops/batch_norm.h"
+
+namespace tower::cpu {
+namespace {
+
+class ConvBatchNormKernel final : public Kernel {
+ public:
+  ConvBatchNormKernel(const Node& node, const KernelContext& context, bool relu)
+      : node_(node),
+        epsilon_(node.attr<ops::ConvBatchNormAttrs>().batch_norm.epsilon),
+        inner_node_(node) {
+    inner_node_.op = relu ? "Conv2D+BiasAdd+Relu" : "Conv2D+BiasAdd";
+    inner_node_.inputs = {node.inputs[0], node.inputs[1], node.inputs[2]};  // the bias: (O)
+    inner_node_.outputs = {node.outputs[0]};
+    inner_node_.attrs = node.attr<ops::ConvBatchNormAttrs>().conv;
+    KernelContext inner_context = context;
+    inner_context.input_layouts.resize(1);  // x as it arrives; the weights and bias plain
+    inner_ = (*find_kernel(inner_node_.op, DeviceKind::cpu))(inner_node_, inner_context);
+    const Shape& w = node.inputs[1].shape();
+    const dnnl::memory::desc target = md_of(w, inner_->input_layout(1));
+    reorder_ = build(node, [&] {
+      return dnnl::reorder(dnnl::reorder::primitive_desc(engine(), plain_md(w), engine(), target));
+    });
+    inner_scratch_ = align64(inner_->scratch_bytes());
+    plain_bytes_ = align64(static_cast<size_t>(w.numel()) * sizeof(float));
+    target_bytes_ = align64(target.get_size());
+    bias_bytes_ = align64(static_cast<size_t>(w[0]) * sizeof(float));
+    target_md_ = target;
+  }
+
+  size_t scratch_bytes() const override {
+    return inner_scratch_ + plain_bytes_ + target_bytes_ + bias_bytes_;
+  }
+  Layout input_layout(int i) const override { return i == 0 ? inner_->input_layout(0) : Layout{}; }
+  Layout output_layout(int o) const override {
+    return o == 0 ? inner_->output_layout(0) : Layout{};
+  }
+
+  void bind(const KernelIO& io) override {
+    char* scratch = static_cast<char*>(io.scratch);
+    plain_w_ = reinterpret_cast<float*>(scratch + inner_scratch_);
+    void* target = scratch + inner_scratch_ + plain_bytes_;
+    bias_ = reinterpret_cast<float*>(scratch + inner_scratch_ + plain_bytes_ + target_bytes_);
+    const Shape& w = node_.inputs[1].shape();
+    inner_io_.inputs.clear();
+    inner_io_.inputs.push_back(io.inputs[0].view());
+    inner_io_.inputs.push_back(Tensor::wrap(target, w, DType::f32));
+    inner_io_.inputs.push_back(Tensor::wrap(bias_, Shape{w[0]}, DType::f32));
+    inner_io_.outputs.clear();
+    inner_io_.outputs.push_back(io.outputs[0].view());
+    inner_io_.scratch = io.scratch;
+    inner_->bind(inner_io_);
+    reorder_args_ = {{DNNL_ARG_FROM, dnnl::memory(plain_md(w), engine(), plain_w_)},
+                     {DNNL_ARG_TO, dnnl::memory(target_md_, engine(), target)}};
+  }
+
+  // The fold comes first: the convolution runs as one kernel (on the team, or on one member).
+  Tasks tasks() const override {
+    return inner_->tasks().kind == Tasks::Kind::one ? Tasks::one() : Tasks::team();
+  }
+
+  void run(const KernelIO& io) override {
+    fold(io);
+    execute(node_, reorder_, reorder_args_);
+    inner_io_.step = io.step;
+    inner_->run(inner_io_);
+    if (io.outputs.size() == 3) {  // the statistics used, for FusedBatchNormGrad
+      std::memcpy(io.outputs[1].raw_data(), io.inputs[4].raw_data(), io.inputs[4].nbytes());
+      std::memcpy(io.outputs[2].raw_data(), io.inputs[5].raw_data(), io.inputs[5].nbytes());
+    }
+  }
+
+ private:
+  void fold(const KernelIO& io) {
+    const float* w = io.inputs[1].data<float>();
+    const float* gamma = io.inputs[2].data<float>();
+    const float* beta = io.inputs[3].data<float>();
+    const float* mean = io.inputs[4].data<float>();
+    const float* variance = io.inputs[5].data<float>();
+    const int64_t channels = io.inputs[1].shape()[0];
+    const int64_t per_channel = io.inputs[1].numel() / channels;
+    for (int64_t o = 0; o < channels; ++o) {
+      const double s = gamma[o] / std::sqrt(static_cast<double>(variance[o]) + epsilon_);
+      bias_[o] = static_cast<float>(beta[o] - mean[o] * s);
+      for (int64_t i = o * per_channel; i < (o + 1) * per_channel; ++i)
+        plain_w_[i] = static_cast<float>(w[i] * s);
+    }
+  }
+
+  const Node& node_;
+  double epsilon_;
+  Node inner_node_;  // Conv2D+BiasAdd[+Relu] on (x, w', b')
+  std::unique_ptr<Kernel> inner_;
+  dnnl::reorder reorder_;
+  dnnl::memory::desc target_md_;
+  size_t inner_scratch_ = 0, plain_bytes_ = 0, target_bytes_ = 0, bias_bytes_ = 0;
+  float* plain_w_ = nullptr;
+  float* bias_ = nullptr;
+  KernelIO inner_io_;
+  std::unordered_map<int, dnnl::memory> reorder_args_;
+};
+
+KernelRegistrar conv_batch_norm_kernel{
+    "Conv2D+FusedBatchNorm", DeviceKind::cpu, [](const Node& node, const KernelContext& context) {
+      return std::make_unique<ConvBatchNormKernel>(node, context, false);
+    }};
+KernelRegistrar conv_batch_norm_relu_kernel{"Conv2D+FusedBatchNorm+Relu", DeviceKind::cpu,
+                                            [](const Node& node, const KernelContext& context) {
+                                              return std::make_unique<ConvBatchNormKernel>(
+                                                  node, context, true);
+                                            }};
+
+}  // namespace
+}  // namespace tower::cpu

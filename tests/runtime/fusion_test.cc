@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "tower/ops/activation.h"
 #include "tower/ops/batch_norm.h"
 #include "tower/ops/bias.h"
@@ -111,6 +113,34 @@ TEST(FusionTest, InferenceBatchNormFoldsIntoTheConvolution) {
         plan_fusion(g, all_needed(g), {y, bn.node->output(1)}, DeviceKind::cpu);
     EXPECT_TRUE(stats.fused.empty());
   }
+}
+
+// A residual block's end with a projection shortcut, in inference: both branches are folded
+// convolutions ending at the same Add; the first takes the Add and the ReLU (the other branch
+// becomes its sum input), the second folds alone.
+TEST(FusionTest, ResidualAddJoinsOneBranchOnly) {
+  Graph g;
+  Scope s(g);
+  Value x = s.placeholder("x", Shape{2, 4, 8, 8});
+  auto conv_bn = [&](const std::string& name) {
+    Value w = s.get_variable(name + "/w", Shape{4, 4, 3, 3}, Initializer::zeros());
+    auto channel = [&](const std::string& v) {
+      return s.get_variable(name + "/" + v, Shape{4}, Initializer::ones(), Trainable::no);
+    };
+    Value conv = ops::conv2d(s, x, w, {{1, 1}, ops::Padding::same});
+    return ops::batch_norm(s, conv, channel("gamma"), channel("beta"), channel("mean"),
+                           channel("var"), {.mode = ops::BatchNormMode::inference})
+        .y;
+  };
+  Value h = conv_bn("h"), shortcut = conv_bn("shortcut");
+  Value y = ops::relu(s, ops::add(s, h, shortcut));
+  const FusionPlan plan = plan_fusion(g, all_needed(g), {y}, DeviceKind::cpu);
+  std::vector<std::string> ops = fused_ops(plan);
+  std::sort(ops.begin(), ops.end());
+  EXPECT_EQ(ops,
+            (std::vector<std::string>{"Conv2D+FusedBatchNorm", "Conv2D+FusedBatchNorm+Add+Relu"}));
+  EXPECT_EQ(plan.fused.at(y.node->id)->inputs.back(), shortcut);
+  EXPECT_EQ(plan.fused_nodes, 4);
 }
 
 }  // namespace

@@ -137,7 +137,7 @@ TEST(LayoutTest, FusionKeepsResultsAndRunsFewerKernels) {
 }
 
 // Inference batch norms folded into their convolutions (Conv2D+FusedBatchNorm+Relu, and
-// Conv2D+FusedBatchNorm before a residual add): the same results as the three kernels apart
+// Conv2D+FusedBatchNorm+Add+Relu at a residual add): the same results as the kernels apart
 // within f32 rounding (the fold scales the weights instead of the convolution's output: not the
 // same bits), with plain and propagated layouts, run after run (the fold is redone each run).
 TEST(LayoutTest, InferenceBatchNormFoldedIntoTheConvolutionKeepsResults) {
@@ -174,7 +174,8 @@ TEST(LayoutTest, InferenceBatchNormFoldedIntoTheConvolutionKeepsResults) {
     std::vector<Tensor> b = run_program(graph, {y}, variables, {Device{}, 2, propagate, true},
                                         images, input, &fused, 2);
     expect_close(a, b);
-    EXPECT_EQ(fused.fused_nodes, 3) << "a: conv and batch norm under the ReLU; b: conv";
+    EXPECT_EQ(fused.fused_nodes, 5)
+        << "a: conv and batch norm under the ReLU; b: conv, batch norm and add under the ReLU";
   }
   if (!testing::cpu_has_bf16()) return;
   // bf16: the folded weights are rounded to bf16 instead of the unfolded ones; within 2% of the

@@ -12,41 +12,43 @@ namespace {
 
 Value out(const Node* n) { return n->output(0); }
 
-// One row per chain: its first op (any of), the op that alone reads the first's output, an op
-// that may follow that one, what else the two must satisfy, and the fused node's attributes (null:
-// the first's).
+// One row per chain: its first op (any of), the op that alone reads the first's output, the ops
+// that may follow (each alone reading the one before; all of them or none, unless `whole_tail`:
+// then the rule matches only with all of them), what else the first two must satisfy, and the
+// fused node's attributes (null: the first's). The first row that matches is taken.
 struct ChainRule {
   std::vector<std::string_view> first;
-  std::string_view then, optional_last;
+  std::string_view then;
+  std::vector<std::string_view> tail;
   bool (*fits)(const Node& first, const Node& then);
   std::any (*attrs)(const Node& first, const Node& then) = nullptr;
+  bool whole_tail = false;
 };
 
+bool has_input(const Node& first, const Node&) { return first.inputs[0].shape().numel() > 0; }
+// An inference batch norm folded into the convolution before it (the kernel scales the weights
+// and makes the bias each run): not the same bits as the kernels apart.
+bool folds(const Node& conv, const Node& batch_norm) {
+  return has_input(conv, batch_norm) &&
+         batch_norm.attr<ops::BatchNormAttrs>().mode == ops::BatchNormMode::inference;
+}
+std::any conv_batch_norm_attrs(const Node& conv, const Node& batch_norm) {
+  return ops::ConvBatchNormAttrs{conv.attr<ops::Conv2DAttrs>(),
+                                 batch_norm.attr<ops::BatchNormAttrs>()};
+}
+
 const ChainRule kChains[] = {
-    {{"Conv2D", "MatMul"},
-     "BiasAdd",
-     "Relu",
-     [](const Node& first, const Node&) { return first.inputs[0].shape().numel() > 0; }},
-    // An inference batch norm folded into the convolution before it (the kernel scales the
-    // weights and makes the bias each run): not the same bits as the two apart.
-    {{"Conv2D"},
-     "FusedBatchNorm",
-     "Relu",
-     [](const Node& first, const Node& then) {
-       return first.inputs[0].shape().numel() > 0 &&
-              then.attr<ops::BatchNormAttrs>().mode == ops::BatchNormMode::inference;
-     },
-     [](const Node& first, const Node& then) -> std::any {
-       return ops::ConvBatchNormAttrs{first.attr<ops::Conv2DAttrs>(),
-                                      then.attr<ops::BatchNormAttrs>()};
-     }},
+    {{"Conv2D", "MatMul"}, "BiasAdd", {"Relu"}, has_input},
+    // A residual block's end: the shortcut added (as the convolution's sum post-op), then ReLU.
+    {{"Conv2D"}, "FusedBatchNorm", {"Add", "Relu"}, folds, conv_batch_norm_attrs, true},
+    {{"Conv2D"}, "FusedBatchNorm", {"Relu"}, folds, conv_batch_norm_attrs},
     {{"MaxPoolGrad", "LRNGrad"},
      "ReluGrad",
-     "",
+     {},
      [](const Node& first, const Node& then) { return then.inputs[1] == first.inputs[0]; }},
     {{"Mul"},  // a weight decay term (a scalar times the weight) added to its gradient
      "AddN",
-     "",
+     {},
      [](const Node& first, const Node& then) {
        return first.inputs[1].shape().numel() == 1 &&
               first.inputs[0].shape() == first.outputs[0].shape && then.inputs.size() == 2;
@@ -82,16 +84,35 @@ class Readers {
   std::map<std::pair<int, int>, std::vector<const Node*>> of_;
 };
 
+// A node already in a chain (two residual branches may end at the same Add): in no other.
+bool taken(const FusionPlan& plan, const Node* n) {
+  return plan.absorbed[static_cast<size_t>(n->id)] || plan.fused.count(n->id) > 0;
+}
+
 // The chain of a rule that starts at `first`, and the rule; empty when none does.
 std::pair<std::vector<const Node*>, const ChainRule*> chain_from(const Node& first,
-                                                                 const Readers& readers) {
+                                                                 const Readers& readers,
+                                                                 const FusionPlan& plan) {
   for (const ChainRule& rule : kChains) {
     if (std::find(rule.first.begin(), rule.first.end(), first.op) == rule.first.end()) continue;
     const Node* then = readers.next(out(&first));
-    if (then == nullptr || then->op != rule.then || !rule.fits(first, *then)) continue;
+    if (then == nullptr || then->op != rule.then || taken(plan, then) || !rule.fits(first, *then))
+      continue;
     std::vector<const Node*> chain = {&first, then};
-    const Node* last = rule.optional_last.empty() ? nullptr : readers.next(out(then));
-    if (last != nullptr && last->op == rule.optional_last) chain.push_back(last);
+    for (std::string_view op : rule.tail) {
+      const Node* next = readers.next(out(chain.back()));
+      // (An Add of two different values of one shape: the other operand is the output's
+      // previous contents.)
+      if (next == nullptr || next->op != op || taken(plan, next) ||
+          (op == "Add" && (next->inputs[0].shape() != next->inputs[1].shape() ||
+                           next->inputs[0] == next->inputs[1])))
+        break;
+      chain.push_back(next);
+    }
+    if (chain.size() != 2 + rule.tail.size()) {
+      if (rule.whole_tail) continue;
+      chain.resize(2);
+    }
     // A node run inside the kernel has no other output anyone reads (the batch norm's
     // statistics, for one).
     for (size_t i = 0; i + 1 < chain.size(); ++i)
@@ -110,7 +131,8 @@ void fuse_chains(const Graph& graph, const std::vector<char>& needed, const Read
     if (!needed[static_cast<size_t>(first.id)] || first.outputs.empty() ||
         first.outputs[0].shape.numel() == 0)
       continue;
-    const auto [chain, rule] = chain_from(first, readers);
+    if (taken(plan, &first)) continue;
+    const auto [chain, rule] = chain_from(first, readers, plan);
     if (chain.empty()) continue;
     auto fused = std::make_unique<Node>(*chain.back());
     fused->op = first.op;

@@ -1,7 +1,8 @@
 // Fusion: the chains and siblings of a graph that one kernel computes (ProgramOptions::fuse).
 //   chains    Conv2D or MatMul -> BiasAdd [-> Relu] (bias and ReLU as post-ops); Conv2D ->
-//             FusedBatchNorm in inference mode [-> Relu] (the batch norm folded into the weights
-//             and a bias, each run; the statistics outputs unread); MaxPoolGrad or
+//             FusedBatchNorm in inference mode [-> Add -> Relu | -> Relu] (the batch norm folded
+//             into the weights and a bias, each run; a residual Add's other operand as the sum
+//             post-op; the statistics outputs unread); MaxPoolGrad or
 //             LRNGrad -> ReluGrad where the ReLU's output is what was pooled or normalized; Mul
 //             by a scalar -> AddN of two (a weight decay term added to a gradient). Every value of
 //             the chain but the last is read only by the next node and not fetched.

@@ -14,6 +14,7 @@
 
 #include "tower/core/device.h"
 #include "tower/kernels/cpu/chunks.h"
+#include "tower/kernels/cpu/conv.h"
 #include "tower/kernels/kernel.h"
 
 namespace tower::cpu {
@@ -42,20 +43,20 @@ ConvGeometry geometry(const Shape& x, const Shape& w, const ops::Conv2DAttrs& a)
 }
 
 // The forward descriptor, also the hint the backward primitives are built against. Fused
-// (Conv2D+BiasAdd[+Relu]): with a bias of `bias` channels (f32) and ReLU as a post-op.
+// (Conv2D+BiasAdd[+Add][+Relu]): with a bias of `bias` channels (f32), the output's previous
+// contents added (sum post-op) and ReLU as post-ops.
 dnnl::convolution_forward::primitive_desc forward_pd(const Shape& x, const Shape& w, const Shape& y,
                                                      const ops::Conv2DAttrs& a,
                                                      memory::data_type type, int64_t bias = 0,
-                                                     bool relu = false) {
+                                                     ConvEpilogue epilogue = {}) {
   ConvGeometry g = geometry(x, w, a);
   const auto prop = dnnl::prop_kind::forward_training;
   const auto alg = dnnl::algorithm::convolution_direct;
   dnnl::primitive_attr attr = user_scratchpad();
-  if (relu) {
-    dnnl::post_ops ops;
-    ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
-    attr.set_post_ops(ops);
-  }
+  dnnl::post_ops ops;
+  if (epilogue.add_output) ops.append_sum(1.0f);
+  if (epilogue.relu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+  if (ops.len() > 0) attr.set_post_ops(ops);
   if (bias > 0)
     return {dnnl::convolution_forward::desc(prop, alg, any_md(x, type), any_md(w, type),
                                             plain_md(Shape{bias}), any_md(y), g.strides,
@@ -69,14 +70,22 @@ dnnl::convolution_forward::primitive_desc forward_pd(const Shape& x, const Shape
 // Conv2D, and the fused Conv2D+BiasAdd[+Relu] (inputs x, w, bias).
 template <bool kBias, bool kRelu>
 std::unique_ptr<Kernel> make_conv2d(const Node& node, const KernelContext& context) {
+  return make_conv2d_with(node, context, {.bias = kBias, .relu = kRelu});
+}
+
+}  // namespace
+
+std::unique_ptr<Kernel> make_conv2d_with(const Node& node, const KernelContext& context,
+                                         ConvEpilogue epilogue) {
   const Shape& x = node.inputs[0].shape();
   const Shape& w = node.inputs[1].shape();
   const Shape& y = node.outputs[0].shape;
-  const int64_t bias = kBias ? w[0] : 0;
+  const int64_t bias = epilogue.bias ? w[0] : 0;
+  const bool kBias = epilogue.bias;
   return chunked(node, context, x[0], [&](int64_t rows) {
     auto pd = build(node, [&] {
       return forward_pd(with_rows(x, rows), w, with_rows(y, rows), node.attr<ops::Conv2DAttrs>(),
-                        operand_type(context), bias, kRelu);
+                        operand_type(context), bias, epilogue);
     });
     std::vector<Arg> args = {input_arg(DNNL_ARG_SRC, 0, x, pd.src_desc(), Role::rows),
                              input_arg(DNNL_ARG_WEIGHTS, 1, w, pd.weights_desc())};
@@ -85,6 +94,8 @@ std::unique_ptr<Kernel> make_conv2d(const Node& node, const KernelContext& conte
     return Built{dnnl::convolution_forward(pd), pd.scratchpad_desc(), std::move(args)};
   });
 }
+
+namespace {
 
 KernelRegistrar conv2d_kernel{"Conv2D", DeviceKind::cpu, make_conv2d<false, false>};
 KernelRegistrar conv2d_bias_kernel{"Conv2D+BiasAdd", DeviceKind::cpu, make_conv2d<true, false>};

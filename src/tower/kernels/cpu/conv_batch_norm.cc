@@ -1,15 +1,18 @@
-// Conv2D -> FusedBatchNorm (inference) [-> Relu], fused by the runtime (runtime/fusion.cc): the
-// batch norm is folded into the convolution. Each run (the statistics and the weights are
-// variables, which may change between runs) makes, per output channel o,
+// Conv2D -> FusedBatchNorm (inference) [-> Add -> Relu | -> Relu], fused by the runtime
+// (runtime/fusion.cc): the batch norm is folded into the convolution. Each run (the statistics
+// and the weights are variables, which may change between runs) makes, per output channel o,
 //   s = gamma[o] / sqrt(variance[o] + epsilon),  w'[o] = w[o] * s,  b'[o] = beta[o] - mean[o] * s
 // (in double, rounded once), converts w' into the layout the convolution reads, and runs the
-// Conv2D+BiasAdd[+Relu] kernel on (x, w', b'). Not the same bits as the batch norm apart: the
-// tests bound the difference.
-// Inputs (x, w, gamma, beta, mean, variance). Outputs: y; without the Relu, FusedBatchNorm's
-// (y, mean, variance), the statistics used copied as that kernel does.
+// convolution on (x, w', b') with the bias, [the residual added: the Add's other input is copied
+// into the output first, and oneDNN's sum post-op adds to it,] and [ReLU] as post-ops. Not the
+// same bits as the kernels apart: the tests bound the difference.
+// Inputs (x, w, gamma, beta, mean, variance[, the Add's other input]). Outputs: y; with no node
+// after the batch norm, FusedBatchNorm's (y, mean, variance), the statistics used copied as that
+// kernel does.
 #include <cmath>
 #include <cstring>
 
+#include "tower/kernels/cpu/conv.h"
 #include "tower/kernels/cpu/dnnl_util.h"
 #include "tower/kernels/kernel.h"
 #include "tower/ops/batch_norm.h"
@@ -19,17 +22,18 @@ namespace {
 
 class ConvBatchNormKernel final : public Kernel {
  public:
-  ConvBatchNormKernel(const Node& node, const KernelContext& context, bool relu)
+  ConvBatchNormKernel(const Node& node, const KernelContext& context, bool add, bool relu)
       : node_(node),
         epsilon_(node.attr<ops::ConvBatchNormAttrs>().batch_norm.epsilon),
+        add_(add),
         inner_node_(node) {
-    inner_node_.op = relu ? "Conv2D+BiasAdd+Relu" : "Conv2D+BiasAdd";
     inner_node_.inputs = {node.inputs[0], node.inputs[1], node.inputs[2]};  // the bias: (O)
     inner_node_.outputs = {node.outputs[0]};
     inner_node_.attrs = node.attr<ops::ConvBatchNormAttrs>().conv;
     KernelContext inner_context = context;
     inner_context.input_layouts.resize(1);  // x as it arrives; the weights and bias plain
-    inner_ = (*find_kernel(inner_node_.op, DeviceKind::cpu))(inner_node_, inner_context);
+    inner_ = make_conv2d_with(inner_node_, inner_context,
+                              {.bias = true, .add_output = add, .relu = relu});
     const Shape& w = node.inputs[1].shape();
     const dnnl::memory::desc target = md_of(w, inner_->input_layout(1));
     reorder_ = build(node, [&] {
@@ -40,12 +44,17 @@ class ConvBatchNormKernel final : public Kernel {
     target_bytes_ = align64(target.get_size());
     bias_bytes_ = align64(static_cast<size_t>(w[0]) * sizeof(float));
     target_md_ = target;
+    output_bytes_ = inner_->output_layout(0).bytes(node.outputs[0]);
   }
 
   size_t scratch_bytes() const override {
     return inner_scratch_ + plain_bytes_ + target_bytes_ + bias_bytes_;
   }
-  Layout input_layout(int i) const override { return i == 0 ? inner_->input_layout(0) : Layout{}; }
+  // The residual in the output's layout, since it is copied into the output.
+  Layout input_layout(int i) const override {
+    if (i == 0) return inner_->input_layout(0);
+    return add_ && i == 6 ? inner_->output_layout(0) : Layout{};
+  }
   Layout output_layout(int o) const override {
     return o == 0 ? inner_->output_layout(0) : Layout{};
   }
@@ -76,6 +85,7 @@ class ConvBatchNormKernel final : public Kernel {
   void run(const KernelIO& io) override {
     fold(io);
     execute(node_, reorder_, reorder_args_);
+    if (add_) std::memcpy(io.outputs[0].raw_data(), io.inputs[6].raw_data(), output_bytes_);
     inner_io_.step = io.step;
     inner_->run(inner_io_);
     if (io.outputs.size() == 3) {  // the statistics used, for FusedBatchNormGrad
@@ -103,6 +113,8 @@ class ConvBatchNormKernel final : public Kernel {
 
   const Node& node_;
   double epsilon_;
+  bool add_;
+  size_t output_bytes_ = 0;
   Node inner_node_;  // Conv2D+BiasAdd[+Relu] on (x, w', b')
   std::unique_ptr<Kernel> inner_;
   dnnl::reorder reorder_;
@@ -116,13 +128,18 @@ class ConvBatchNormKernel final : public Kernel {
 
 KernelRegistrar conv_batch_norm_kernel{
     "Conv2D+FusedBatchNorm", DeviceKind::cpu, [](const Node& node, const KernelContext& context) {
-      return std::make_unique<ConvBatchNormKernel>(node, context, false);
+      return std::make_unique<ConvBatchNormKernel>(node, context, false, false);
     }};
 KernelRegistrar conv_batch_norm_relu_kernel{"Conv2D+FusedBatchNorm+Relu", DeviceKind::cpu,
                                             [](const Node& node, const KernelContext& context) {
                                               return std::make_unique<ConvBatchNormKernel>(
-                                                  node, context, true);
+                                                  node, context, false, true);
                                             }};
+KernelRegistrar conv_batch_norm_add_relu_kernel{"Conv2D+FusedBatchNorm+Add+Relu", DeviceKind::cpu,
+                                                [](const Node& node, const KernelContext& context) {
+                                                  return std::make_unique<ConvBatchNormKernel>(
+                                                      node, context, true, true);
+                                                }};
 
 }  // namespace
 }  // namespace tower::cpu

@@ -1,0 +1,21 @@
+// The CPU convolution for kernels that build on it (only kernel files include this).
+#pragma once
+
+#include <memory>
+
+#include "tower/kernels/kernel.h"
+
+namespace tower::cpu {
+
+// What follows the convolution inside its primitive.
+struct ConvEpilogue {
+  bool bias = false;        // input 2, (O) f32
+  bool add_output = false;  // the output's previous contents added (oneDNN's sum post-op)
+  bool relu = false;
+};
+// The Conv2D kernel of `node` (inputs x, w[, bias]; its Conv2DAttrs) with `epilogue`, in batch
+// chunks on a team (chunks.h).
+std::unique_ptr<Kernel> make_conv2d_with(const Node& node, const KernelContext& context,
+                                         ConvEpilogue epilogue);
+
+}  // namespace tower::cpu

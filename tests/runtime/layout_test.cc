@@ -130,10 +130,10 @@ TEST(LayoutTest, FusionKeepsResultsAndRunsFewerKernels) {
   expect_close(a, b);
   EXPECT_EQ(separate.fused_nodes, 0);
   // Two Conv2D and two BiasAdd inside Conv2D+BiasAdd+Relu, a MaxPoolGrad inside
-  // MaxPoolGrad+ReluGrad, and both bias gradients inside the filter gradients of their layers
-  // (Conv2DBackpropFilter+BiasAddGrad).
-  EXPECT_EQ(fused.fused_nodes, 7);
-  EXPECT_EQ(fused.num_kernels, separate.num_kernels - 7);
+  // MaxPoolGrad+ReluGrad, both bias gradients inside the filter gradients of their layers
+  // (Conv2DBackpropFilter+BiasAddGrad), and a ReLU inside FusedBatchNorm+Relu.
+  EXPECT_EQ(fused.fused_nodes, 8);
+  EXPECT_EQ(fused.num_kernels, separate.num_kernels - 8);
 }
 
 // Inference batch norms folded into their convolutions (Conv2D+FusedBatchNorm+Relu, and
@@ -191,6 +191,35 @@ TEST(LayoutTest, InferenceBatchNormFoldedIntoTheConvolutionKeepsResults) {
     scale = std::max(scale, std::fabs(a[0].data<float>()[k]));
   for (int64_t k = 0; k < a[0].numel(); ++k)
     ASSERT_NEAR(a[0].data<float>()[k], b[0].data<float>()[k], 0.02f * scale) << k;
+}
+
+// A training batch norm with its ReLU in one pass (FusedBatchNorm+Relu): the same bits as the
+// two kernels apart, forward and gradients, with the statistics still reaching the gradient.
+TEST(LayoutTest, BatchNormTakesItsReluWithTheSameBits) {
+  Graph graph;
+  Scope s(graph);
+  Value x = s.placeholder("x", Shape{8, 16, 6, 6});
+  auto channel = [&](const std::string& name, Trainable trainable = Trainable::yes) {
+    return s.get_variable(name, Shape{16}, Initializer::uniform(0.5f), trainable);
+  };
+  Value gamma = channel("gamma"), beta = channel("beta");
+  Value y = ops::relu(s, ops::batch_norm(s, x, gamma, beta, channel("mean", Trainable::no),
+                                         channel("var", Trainable::no), {})
+                             .y);
+  Value loss = ops::l2_loss(s, y);
+  std::vector<Value> fetches = {loss, y};
+  for (Value g : gradients(s, loss, {x, gamma, beta})) fetches.push_back(g);
+  VariableStore variables;
+  variables.initialize(graph, 5);
+  const Tensor input = testing::random_tensor(Shape{8, 16, 6, 6}, 7);
+  ProgramStats separate, fused;
+  std::vector<Tensor> a =
+      run_program(graph, fetches, variables, {Device{}, 2, true, false}, x, input, &separate);
+  std::vector<Tensor> b =
+      run_program(graph, fetches, variables, {Device{}, 2, true, true}, x, input, &fused);
+  EXPECT_EQ(fused.fused_nodes, 1);
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_EQ(std::memcmp(a[i].raw_data(), b[i].raw_data(), a[i].nbytes()), 0) << "fetch " << i;
 }
 
 // MatMul -> BiasAdd -> Relu and MatMul -> BiasAdd fuse; a chain whose middle value is read

@@ -23,6 +23,9 @@ struct ChainRule {
   bool (*fits)(const Node& first, const Node& then);
   std::any (*attrs)(const Node& first, const Node& then) = nullptr;
   bool whole_tail = false;
+  // The fused node also has the first node's other outputs, and is built where the first is (its
+  // readers may come before the chain's last node; the other nodes may have no other inputs).
+  bool keeps_first_outputs = false;
 };
 
 bool has_input(const Node& first, const Node&) { return first.inputs[0].shape().numel() > 0; }
@@ -42,6 +45,15 @@ const ChainRule kChains[] = {
     // A residual block's end: the shortcut added (as the convolution's sum post-op), then ReLU.
     {{"Conv2D"}, "FusedBatchNorm", {"Add", "Relu"}, folds, conv_batch_norm_attrs, true},
     {{"Conv2D"}, "FusedBatchNorm", {"Relu"}, folds, conv_batch_norm_attrs},
+    // A batch norm's ReLU in the same pass (oneDNN's fused ReLU flag); its statistics go on to
+    // the moving averages and the gradient.
+    {{"FusedBatchNorm"},
+     "Relu",
+     {},
+     [](const Node&, const Node&) { return true; },
+     nullptr,
+     false,
+     true},
     {{"MaxPoolGrad", "LRNGrad"},
      "ReluGrad",
      {},
@@ -115,7 +127,7 @@ std::pair<std::vector<const Node*>, const ChainRule*> chain_from(const Node& fir
     }
     // A node run inside the kernel has no other output anyone reads (the batch norm's
     // statistics, for one).
-    for (size_t i = 0; i + 1 < chain.size(); ++i)
+    for (size_t i = rule.keeps_first_outputs ? 1 : 0; i + 1 < chain.size(); ++i)
       for (int o = 1; o < static_cast<int>(chain[i]->outputs.size()); ++o)
         if (!readers.of(chain[i]->output(o)).empty() || readers.fetched(chain[i]->output(o)))
           return {};
@@ -144,8 +156,20 @@ void fuse_chains(const Graph& graph, const std::vector<char>& needed, const Read
     }
     fused->attrs = rule->attrs != nullptr ? rule->attrs(first, *chain[1]) : first.attrs;
     if (find_kernel(fused->op, device) == nullptr) continue;
-    for (size_t i = 0; i + 1 < chain.size(); ++i)
-      plan.absorbed[static_cast<size_t>(chain[i]->id)] = 1;
+    if (rule->keeps_first_outputs) {
+      std::vector<Value> outputs = {out(chain.back())};
+      for (int o = 1; o < static_cast<int>(first.outputs.size()); ++o) {
+        fused->outputs.push_back(first.outputs[static_cast<size_t>(o)]);
+        outputs.push_back(first.output(o));
+      }
+      fused->id = first.id;
+      plan.fused_outputs[first.id] = std::move(outputs);
+      for (size_t i = 1; i < chain.size(); ++i)
+        plan.absorbed[static_cast<size_t>(chain[i]->id)] = 1;
+    } else {
+      for (size_t i = 0; i + 1 < chain.size(); ++i)
+        plan.absorbed[static_cast<size_t>(chain[i]->id)] = 1;
+    }
     plan.fused_nodes += static_cast<int>(chain.size()) - 1;
     plan.fused[fused->id] = std::move(fused);
   }

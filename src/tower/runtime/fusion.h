@@ -2,7 +2,9 @@
 //   chains    Conv2D or MatMul -> BiasAdd [-> Relu] (bias and ReLU as post-ops); Conv2D ->
 //             FusedBatchNorm in inference mode [-> Add -> Relu | -> Relu] (the batch norm folded
 //             into the weights and a bias, each run; a residual Add's other operand as the sum
-//             post-op; the statistics outputs unread); MaxPoolGrad or
+//             post-op; the statistics outputs unread); FusedBatchNorm -> Relu (oneDNN's fused
+//             ReLU; the fused node keeps the statistics outputs and is built where the batch norm
+//             is); MaxPoolGrad or
 //             LRNGrad -> ReluGrad where the ReLU's output is what was pooled or normalized; Mul
 //             by a scalar -> AddN of two (a weight decay term added to a gradient). Every value of
 //             the chain but the last is read only by the next node and not fetched.

@@ -24,27 +24,33 @@ flags bn_flags(const Node& node) {
 }
 
 dnnl::batch_normalization_forward::primitive_desc forward_pd(const Node& node, const Shape& x,
-                                                             const Layout& x_layout, prop kind) {
+                                                             const Layout& x_layout, prop kind,
+                                                             bool relu = false) {
   return build(node, [&] {
     dnnl::batch_normalization_forward::desc desc(
-        kind, md_of(x, x_layout), node.attr<ops::BatchNormAttrs>().epsilon, bn_flags(node));
+        kind, md_of(x, x_layout), node.attr<ops::BatchNormAttrs>().epsilon,
+        relu ? bn_flags(node) | flags::fuse_norm_relu : bn_flags(node));
     return dnnl::batch_normalization_forward::primitive_desc(desc, user_scratchpad(), engine());
   });
 }
 
-// Inputs (x, gamma, beta, moving_mean, moving_var) -> (y, mean, variance).
+// Inputs (x, gamma, beta, moving_mean, moving_var) -> (y, mean, variance). FusedBatchNorm+Relu
+// (fused by the runtime): y after the ReLU, in the same pass; the workspace oneDNN writes for a
+// fused backward pass goes to scratch (the ReLU's gradient reads y).
 class FusedBatchNormKernel : public Kernel {
  public:
-  FusedBatchNormKernel(const Node& node, const KernelContext& context)
+  FusedBatchNormKernel(const Node& node, const KernelContext& context, bool relu)
       : node_(node),
         team_(context.num_threads),
         inference_(inference(node)),
         x_layout_(context.input_layout(0)),
         bn_pd_(forward_pd(node, node.inputs[0].shape(), x_layout_,
-                          inference_ ? prop::forward_inference : prop::forward_training)),
+                          inference_ ? prop::forward_inference : prop::forward_training, relu)),
         bn_prim_(bn_pd_) {}
 
-  size_t scratch_bytes() const override { return bn_pd_.scratchpad_desc().get_size(); }
+  size_t scratch_bytes() const override {
+    return align64(bn_pd_.scratchpad_desc().get_size()) + bn_pd_.workspace_desc().get_size();
+  }
   Layout input_layout(int i) const override { return i == 0 ? x_layout_ : Layout{}; }
   Layout output_layout(int o) const override { return o == 0 ? x_layout_ : Layout{}; }
 
@@ -60,6 +66,10 @@ class FusedBatchNormKernel : public Kernel {
     args_[DNNL_ARG_MEAN] = make_memory(c_md, mean);
     args_[DNNL_ARG_VARIANCE] = make_memory(c_md, variance);
     add_scratchpad(args_, bn_pd_.scratchpad_desc(), io.scratch);
+    if (bn_pd_.workspace_desc().get_size() > 0)
+      args_[DNNL_ARG_WORKSPACE] = dnnl::memory(
+          bn_pd_.workspace_desc(), engine(),
+          static_cast<char*>(io.scratch) + align64(bn_pd_.scratchpad_desc().get_size()));
   }
 
   // oneDNN splits the statistics over the team it was built for.
@@ -130,10 +140,14 @@ class FusedBatchNormGradKernel : public Kernel {
   std::unordered_map<int, dnnl::memory> args_;
 };
 
-KernelRegistrar batch_norm_kernel{"FusedBatchNorm", DeviceKind::cpu,
-                                  [](const Node& node, const KernelContext& context) {
-                                    return std::make_unique<FusedBatchNormKernel>(node, context);
-                                  }};
+KernelRegistrar batch_norm_kernel{
+    "FusedBatchNorm", DeviceKind::cpu, [](const Node& node, const KernelContext& context) {
+      return std::make_unique<FusedBatchNormKernel>(node, context, false);
+    }};
+KernelRegistrar batch_norm_relu_kernel{
+    "FusedBatchNorm+Relu", DeviceKind::cpu, [](const Node& node, const KernelContext& context) {
+      return std::make_unique<FusedBatchNormKernel>(node, context, true);
+    }};
 KernelRegistrar batch_norm_grad_kernel{
     "FusedBatchNormGrad", DeviceKind::cpu, [](const Node& node, const KernelContext& context) {
       return std::make_unique<FusedBatchNormGradKernel>(node, context);

@@ -20,13 +20,13 @@ using testing::run_command;
 using testing::run_tower;
 using testing::TmpDir;
 
-// 30 steps of `model_flags` on `towers` towers of 2 / towers threads: team mode
+// 20 steps of `model_flags` on `towers` towers of 2 / towers threads: team mode
 // (--contention off) on a quiet machine, the automatic choice with a busy loop on CPU 1, and
 // contended mode throughout; the three checkpoints must be equal bit for bit. A team of two runs
 // 64 rows (its kernels cut them into 4 chunks of 16: with fewer, AVX2's old whole-team matmul
 // did not split its sum and the bug hid); towers of one thread run 16 rows each.
 void expect_load_changes_no_bit(const std::string& model_flags, int towers) {
-  constexpr int kSteps = 30;
+  constexpr int kSteps = 20;
   TmpDir dirs;
   std::map<std::string, std::string> first;
   for (const char* mode : {"quiet", "busy", "contended"}) {

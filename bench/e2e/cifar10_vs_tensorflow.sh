@@ -49,42 +49,16 @@ echo "installing tensorflow-cpu into build/venv-tf when missing (the TensorFlow 
 TFPY=$(scripts/pyenv build/venv-tf tensorflow-cpu==2.21.0)
 TF_PROG=bench/e2e/cifar10_tensorflow.py
 
-mkdir -p build/bench
+# shellcheck source=bench/e2e/common.bash
+. bench/e2e/common.bash
+measure_peaks
 : >build/bench/tf.log
-cc -O2 -march=native bench/e2e/fma_peak.c -o build/bench/fma_peak
-PEAK_FP32=${PEAK_FP32_GFLOPS_PER_CORE:-$(build/bench/fma_peak)}
-if [ -n "${PEAK_BF16_GFLOPS_PER_CORE:-}" ]; then
-  PEAK_BF16=$PEAK_BF16_GFLOPS_PER_CORE
-elif grep -qw avx512_bf16 /proc/cpuinfo; then
-  PEAK_BF16=$(python3 -c "print(2 * $PEAK_FP32)")
-else
-  PEAK_BF16=0  # no bf16 arithmetic on this CPU
-fi
 TOWER_BF16=0
 if "$TOWER" bench --model mlp --mode infer --global_batch_size 8 --steps 1 --windows 1 --precision bf16 \
   >/dev/null 2>&1; then TOWER_BF16=1; fi
 
-busy_pid=""
 tmp=$(mktemp -d)
-start_busy() {
-  ( while :; do :; done ) &
-  busy_pid=$!
-}
-stop_busy() {
-  if [ -n "$busy_pid" ]; then
-    kill "$busy_pid" 2>/dev/null || true
-    wait "$busy_pid" 2>/dev/null || true
-    busy_pid=""
-  fi
-}
 trap 'stop_busy; rm -rf "$tmp"' EXIT
-
-# best FILE...: of the JSON lines in the files, the one with the most images_per_sec.
-best() {
-  python3 -c 'import json, sys
-lines = [json.loads(l) for f in sys.argv[1:] for l in open(f) if l.strip()]
-print(json.dumps(max(lines, key=lambda d: d["images_per_sec"])))' "$@"
-}
 
 echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) cores," \
   "$(grep -qw avx512f /proc/cpuinfo && echo AVX-512 || echo "no AVX-512");" \

@@ -11,7 +11,7 @@
 # count: 2 per multiply-add of the convolutions and matmuls, forward and backward) and its share of
 # the peak of the cores it was given: fp32 = one core's measured FMA throughput
 # (bench/e2e/fma_peak.c, built here with -march=native) x threads, or PEAK_FP32_GFLOPS_PER_CORE;
-# bf16 = 2 x fp32 where the CPU has AVX512_BF16.
+# bf16 = 2 x fp32 where the CPU has AVX512_BF16, or PEAK_BF16_GFLOPS_PER_CORE.
 #
 # Environment: THREADS="1 2" (default), MODES="train infer", PRECISIONS="fp32 bf16",
 # LOADS="quiet busy", REPEAT=2, STEPS="--steps 10 --windows 5" (both sides; TF also warms up 3
@@ -37,29 +37,12 @@ fi
 echo "installing tensorflow-cpu into build/venv-tf when missing (the TensorFlow peer) ..." >&2
 TFPY=$(scripts/pyenv build/venv-tf tensorflow-cpu==2.21.0)
 export TF_ENABLE_ONEDNN_OPTS=1
-mkdir -p build/bench
+# shellcheck source=bench/e2e/common.bash
+. bench/e2e/common.bash
+measure_peaks
 : >build/bench/tf.log
-cc -O2 -march=native bench/e2e/fma_peak.c -o build/bench/fma_peak
-PEAK_FP32=${PEAK_FP32_GFLOPS_PER_CORE:-$(build/bench/fma_peak)}
-PEAK_BF16=0
-if grep -qw avx512_bf16 /proc/cpuinfo; then PEAK_BF16=$(python3 -c "print(2 * $PEAK_FP32)"); fi
-
-busy_pid=""
 tmp=$(mktemp -d)
-stop_busy() {
-  if [ -n "$busy_pid" ]; then
-    kill "$busy_pid" 2>/dev/null || true
-    wait "$busy_pid" 2>/dev/null || true
-    busy_pid=""
-  fi
-}
 trap 'stop_busy; rm -rf "$tmp"' EXIT
-# best FILE: of the JSON lines in the file, the one with the most images_per_sec.
-best() {
-  python3 -c 'import json, sys
-lines = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-print(json.dumps(max(lines, key=lambda d: d["images_per_sec"])))' "$1"
-}
 
 echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) cores;" \
   "fp32 peak $PEAK_FP32 GFLOP/s per core; bf16 peak:" \
@@ -74,10 +57,7 @@ for mode in $MODES; do
       if [ "$precision" = bf16 ] && [ "$PEAK_BF16" = 0 ]; then continue; fi
       for load in $LOADS; do
         rm -f "$tmp/tower" "$tmp/tf"
-        if [ "$load" = busy ]; then
-          (while :; do :; done) &
-          busy_pid=$!
-        fi
+        if [ "$load" = busy ]; then start_busy; fi
         for _ in $(seq "$REPEAT"); do
           # shellcheck disable=SC2086
           t=$("$TOWER" bench --model resnet20 --mode "$mode" --threads "$threads" \

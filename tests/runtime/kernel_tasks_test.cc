@@ -49,8 +49,8 @@ void expect_tasks_cover_the_kernel(const Node& node, int threads,
   ASSERT_NE(kernel->tasks().kind, Tasks::Kind::team) << node.op;
   const int tasks = kernel->tasks().count;
   ASSERT_GE(tasks, 1) << node.op;
-  if (precision == Precision::fp32) {
-    EXPECT_EQ(tasks > 1, threads > 1) << node.op << ": split on a team of " << threads;
+  if (precision == Precision::fp32 && threads > 1) {
+    EXPECT_GT(tasks, 1) << node.op << ": split on a team of " << threads;
   }
   for (int task = tasks - 1; task >= 0; --task) kernel->run_task(io, task, task % threads);
   kernel->finish_tasks(io);
@@ -65,13 +65,16 @@ TEST(KernelTasksTest, EveryTaskOnceGivesTheKernelsBits) {
   Value x = s.placeholder("x", Shape{32, 16, 12, 12});
   Value dy = s.placeholder("dy", Shape{32, 16, 6, 6});
   Value dz = s.placeholder("dz", Shape{32, 16, 12, 12});
+  Value grey = s.placeholder("grey", Shape{32, 1, 12, 12});
   ops::PoolAttrs pool;
   pool.ksize = {3, 3};
   pool.strides = {2, 2};
   pool.padding = ops::Padding::same;
   const std::vector<Value> nodes = {
       ops::lrn(s, x), ops::lrn_grad(s, x, x, {}), ops::max_pool_grad(s, x, dy, pool),
-      ops::conv2d_backprop_filter(s, x, dz, Shape{16, 16, 3, 3}, ops::Conv2DAttrs{})};
+      ops::conv2d_backprop_filter(s, x, dz, Shape{16, 16, 3, 3}, ops::Conv2DAttrs{}),
+      // one input channel (on AVX2 a hand-written kernel, in chunks of 16 rows on any team)
+      ops::conv2d_backprop_filter(s, grey, dz, Shape{16, 1, 5, 5}, ops::Conv2DAttrs{})};
   for (const Value& v : nodes)
     for (int threads : {1, 2}) expect_tasks_cover_the_kernel(*v.node, threads);
 }

@@ -1,10 +1,10 @@
-// Hand-written CPU loops compiled several times, for AVX-512, AVX2 and the baseline (the build
-// itself targets the baseline x86-64), the one to run picked by cpu_isa(): the CPU's own level,
-// or the smaller one that the cap asks for (set_max_cpu_isa, ONEDNN_MAX_CPU_ISA), as oneDNN's
-// kernels are. Write the loop as a [[gnu::always_inline]] function NAME_body (and the templates it
-// calls likewise, so that they are compiled into each variant), then TOWER_CPU_VARIANTS(NAME,
-// (params), (args)) defines the variants and `void NAME(params)`, which calls the one of the
-// process's level.
+// Hand-written CPU loops compiled several times, for AVX-512, AVX2 (with FMA, which every AVX2 CPU
+// has) and the baseline (the build itself targets the baseline x86-64), the one to run picked by
+// cpu_isa(): the CPU's own level, or the smaller one that the cap asks for (set_max_cpu_isa,
+// ONEDNN_MAX_CPU_ISA), as oneDNN's kernels are. Write the loop as a [[gnu::always_inline]] function
+// NAME_body (and the templates it calls likewise, so that they are compiled into each variant),
+// then TOWER_CPU_VARIANTS(NAME, (params), (args)) defines the variants and `void NAME(params)`,
+// which calls the one of the process's level.
 #pragma once
 
 #include <cstdint>
@@ -15,7 +15,7 @@
 #define TOWER_ALWAYS_INLINE [[gnu::always_inline]] inline
 #define TOWER_CPU_VARIANTS(name, params, args)                                                   \
   [[gnu::target("avx512f")]] void name##_avx512 params { name##_body args; }                     \
-  [[gnu::target("avx2")]] void name##_avx2 params { name##_body args; }                          \
+  [[gnu::target("avx2,fma")]] void name##_avx2 params { name##_body args; }                      \
   void name##_baseline params { name##_body args; }                                              \
   void name params {                                                                             \
     static const auto variant = ::tower::cpu_isa() >= ::tower::CpuIsa::avx512 ? name##_avx512    \

@@ -339,6 +339,7 @@ std::unique_ptr<Kernel> make_conv2d_backprop_filter(const Node& node,
   const Shape& dy = node.inputs[1].shape();
   const Shape db{w[0]};
   if (auto kernel = FilterGradAsForward::make(node, context, x, w, dy, kBias)) return kernel;
+  if (auto kernel = make_small_filter_grad(node, context, kBias)) return kernel;
   return chunked(node, context, x[0], [&](int64_t rows) {
     const Shape xr = with_rows(x, rows), dyr = with_rows(dy, rows);
     auto pd = build(node, [&] {

@@ -17,5 +17,9 @@ struct ConvEpilogue {
 // chunks on a team (chunks.h).
 std::unique_ptr<Kernel> make_conv2d_with(const Node& node, const KernelContext& context,
                                          ConvEpilogue epilogue);
+// The filter gradient (Conv2DBackpropFilter[+BiasAddGrad] with `bias`) of a convolution with few
+// input channels, hand-written (conv_filter_grad.cc); null where it does not apply.
+std::unique_ptr<Kernel> make_small_filter_grad(const Node& node, const KernelContext& context,
+                                               bool bias);
 
 }  // namespace tower::cpu

@@ -71,7 +71,8 @@ TEST(KernelTasksTest, EveryTaskOnceGivesTheKernelsBits) {
   pool.strides = {2, 2};
   pool.padding = ops::Padding::same;
   const std::vector<Value> nodes = {
-      ops::lrn(s, x), ops::lrn_grad(s, x, x, {}), ops::max_pool_grad(s, x, dy, pool),
+      ops::lrn(s, x), ops::lrn_grad(s, x, x, {}), ops::max_pool(s, x, pool),
+      ops::max_pool_grad(s, x, dy, pool),
       ops::conv2d_backprop_filter(s, x, dz, Shape{16, 16, 3, 3}, ops::Conv2DAttrs{}),
       // one input channel (on AVX2 a hand-written kernel, in chunks of 16 rows on any team)
       ops::conv2d_backprop_filter(s, grey, dz, Shape{16, 1, 5, 5}, ops::Conv2DAttrs{})};

@@ -23,8 +23,8 @@ using testing::TmpDir;
 // 20 steps of `model_flags` on `towers` towers of 2 / towers threads: team mode
 // (--contention off) on a quiet machine, the automatic choice with a busy loop on CPU 1, and
 // contended mode throughout; the three checkpoints must be equal bit for bit. A team of two runs
-// 64 rows (its kernels cut them into 4 chunks of 16: with fewer, AVX2's old whole-team matmul
-// did not split its sum and the bug hid); towers of one thread run 16 rows each.
+// 64 rows (its kernels cut them into chunks, the matmuls into 2 of 32: with a whole-team matmul,
+// AVX2's gemm did not split its sum and the bug hid); towers of one thread run 16 rows each.
 void expect_load_changes_no_bit(const std::string& model_flags, int towers) {
   constexpr int kSteps = 20;
   TmpDir dirs;

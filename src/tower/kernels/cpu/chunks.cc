@@ -189,19 +189,22 @@ Shape with_rows(const Shape& shape, int64_t rows) {
 }
 
 namespace {
-int chunks_for(int64_t batch, int threads) {
+int chunks_for(int64_t batch, int threads, int64_t min_rows) {
   if (threads < 2) return 1;
   for (int chunks : {16, 8, 4, 2})
-    if (batch % chunks == 0 && batch / chunks >= 16) return chunks;
+    if (batch % chunks == 0 && batch / chunks >= min_rows) return chunks;
   return 1;
 }
 }  // namespace
 
 std::unique_ptr<Kernel> chunked(const Node& node, const KernelContext& context, int64_t batch,
-                                const BuildFn& build) {
+                                const BuildFn& build, int64_t min_rows) {
   const int team = std::max(context.num_threads, 1);
   const int members = std::max(context.members, team);
-  if (const int chunks = chunks_for(batch, members); chunks > 1) {
+  // Rows enough for the team to split them, whatever min_rows asks (a whole-batch primitive on a
+  // team would keep the program out of contended mode).
+  min_rows = std::min(min_rows, std::max<int64_t>(16, batch / team));
+  if (const int chunks = chunks_for(batch, members, min_rows); chunks > 1) {
     KernelThreadsScope one_thread(1);
     Built built = build(batch / chunks);
     bool contiguous = true;

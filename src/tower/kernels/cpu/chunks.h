@@ -52,12 +52,13 @@ Shape with_rows(const Shape& shape, int64_t rows);
 // the largest stride), so that chunks of rows lie one after another; nullopt otherwise.
 std::optional<dnnl::memory::desc> with_batch(const dnnl::memory::desc& md, int64_t batch);
 
-// The kernel of `build(rows)` (a primitive for `rows` of the batch): in chunks of at least 16
-// rows (smaller ones lose speed in bf16), at most 16 of them, when several threads may run them
-// (KernelContext::members) and every `rows` argument's layout allows; else one primitive of the
-// whole batch on the team.
+// The kernel of `build(rows)` (a primitive for `rows` of the batch): in chunks of at least
+// `min_rows` rows (smaller ones lose speed in bf16; a matmul's gemm wants more), or fewer where the
+// team would otherwise get one chunk, but 16 at least, and at most 16 chunks, when several threads
+// may run them (KernelContext::members) and every `rows` argument's layout allows; else one
+// primitive of the whole batch on the team.
 using BuildFn = std::function<Built(int64_t rows)>;
 std::unique_ptr<Kernel> chunked(const Node& node, const KernelContext& context, int64_t batch,
-                                const BuildFn& build);
+                                const BuildFn& build, int64_t min_rows = 16);
 
 }  // namespace tower::cpu

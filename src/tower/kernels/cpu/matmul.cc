@@ -18,6 +18,10 @@ namespace {
 using tag = dnnl::memory::format_tag;
 using dt = dnnl::memory::data_type;
 
+// Chunks of 64 rows: lenet's fc1 under AVX2 runs its three products in 3.7 ms per 64 images
+// against 4.4 in chunks of 32 and 5.7 in chunks of 16 (oneDNN's gemm is slow on short sides).
+constexpr int64_t kMinRows = 64;
+
 template <bool kBias, bool kRelu>
 std::unique_ptr<Kernel> make_matmul(const Node& node, const KernelContext& context) {
   const auto& attrs = node.attr<ops::MatMulAttrs>();
@@ -39,40 +43,43 @@ std::unique_ptr<Kernel> make_matmul(const Node& node, const KernelContext& conte
   // sum cannot take a bias or a ReLU per chunk, and b^T's k is not its outer dimension.
   const bool cut_k = ta && !tb && !kBias && !kRelu;
   const int64_t batch = !ta ? m : (cut_k ? k : 1);  // 1: never in chunks
-  return chunked(node, context, batch, [&](int64_t rows) {
-    const int64_t mr = !ta ? rows : m, kr = cut_k ? rows : k;
-    const dnnl::memory::desc a_md({mr, kr}, type, ta ? tag::ba : tag::ab);
-    const dnnl::memory::desc b_md({kr, n}, type, tb ? tag::ba : tag::ab);
-    const dnnl::memory::desc y_md({mr, n}, dt::f32, tag::ab);
-    auto pd = build(node, [&] {
-      dnnl::primitive_attr attr = user_scratchpad();
-      if (kRelu) {
-        dnnl::post_ops ops;
-        ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
-        attr.set_post_ops(ops);
-      }
-      if (kBias)
-        return dnnl::matmul::primitive_desc(
-            dnnl::matmul::desc(a_md, b_md, dnnl::memory::desc({1, n}, dt::f32, tag::ab), y_md),
-            attr, engine());
-      return dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, b_md, y_md), attr, engine());
-    });
-    // Layouts as the tensors hold them (plain, or plain bf16 copies): a transposed operand's
-    // descriptor views its bytes the other way round.
-    auto operand = [&](int i, const dnnl::memory::desc& md, bool transposed, bool rows) {
-      Arg arg = input_arg(i == 0 ? DNNL_ARG_SRC : DNNL_ARG_WEIGHTS, i, i == 0 ? a : b, md,
-                          rows ? Role::rows : Role::whole);
-      if (transposed) arg.layout_md = plain_md(Shape{md.dims()[1], md.dims()[0]}, type);
-      return arg;
-    };
-    std::vector<Arg> args = {operand(0, a_md, ta, batch > 1), operand(1, b_md, tb, cut_k)};
-    if (kBias) {
-      args.push_back(input_arg(DNNL_ARG_BIAS, 2, Shape{n}, pd.bias_desc()));
-      args.back().layout_md = plain_md(Shape{n});
-    }
-    args.push_back(output_arg(DNNL_ARG_DST, y, y_md, cut_k ? Role::sum : Role::rows));
-    return Built{dnnl::matmul(pd), pd.scratchpad_desc(), std::move(args)};
-  });
+  return chunked(
+      node, context, batch,
+      [&](int64_t rows) {
+        const int64_t mr = !ta ? rows : m, kr = cut_k ? rows : k;
+        const dnnl::memory::desc a_md({mr, kr}, type, ta ? tag::ba : tag::ab);
+        const dnnl::memory::desc b_md({kr, n}, type, tb ? tag::ba : tag::ab);
+        const dnnl::memory::desc y_md({mr, n}, dt::f32, tag::ab);
+        auto pd = build(node, [&] {
+          dnnl::primitive_attr attr = user_scratchpad();
+          if (kRelu) {
+            dnnl::post_ops ops;
+            ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+            attr.set_post_ops(ops);
+          }
+          if (kBias)
+            return dnnl::matmul::primitive_desc(
+                dnnl::matmul::desc(a_md, b_md, dnnl::memory::desc({1, n}, dt::f32, tag::ab), y_md),
+                attr, engine());
+          return dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, b_md, y_md), attr, engine());
+        });
+        // Layouts as the tensors hold them (plain, or plain bf16 copies): a transposed operand's
+        // descriptor views its bytes the other way round.
+        auto operand = [&](int i, const dnnl::memory::desc& md, bool transposed, bool rows) {
+          Arg arg = input_arg(i == 0 ? DNNL_ARG_SRC : DNNL_ARG_WEIGHTS, i, i == 0 ? a : b, md,
+                              rows ? Role::rows : Role::whole);
+          if (transposed) arg.layout_md = plain_md(Shape{md.dims()[1], md.dims()[0]}, type);
+          return arg;
+        };
+        std::vector<Arg> args = {operand(0, a_md, ta, batch > 1), operand(1, b_md, tb, cut_k)};
+        if (kBias) {
+          args.push_back(input_arg(DNNL_ARG_BIAS, 2, Shape{n}, pd.bias_desc()));
+          args.back().layout_md = plain_md(Shape{n});
+        }
+        args.push_back(output_arg(DNNL_ARG_DST, y, y_md, cut_k ? Role::sum : Role::rows));
+        return Built{dnnl::matmul(pd), pd.scratchpad_desc(), std::move(args)};
+      },
+      kMinRows);
 }
 
 KernelRegistrar matmul_kernel{"MatMul", DeviceKind::cpu, make_matmul<false, false>};

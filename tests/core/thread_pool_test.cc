@@ -7,9 +7,33 @@
 #include <stdexcept>
 #include <thread>
 
+#include "tower/core/denormals.h"
 #include "tower/core/error.h"
 
 namespace tower {
+
+// A product below the smallest normal float: subnormal in the default mode, zero with
+// DenormalsAreZero (and a subnormal input reads as zero); the scope restores the mode.
+TEST(DenormalsTest, ScopeFlushesSubnormalsAndRestoresTheMode) {
+  volatile float tiny = 1e-30f, scale = 1e-10f;  // (volatile: computed at run time)
+  ASSERT_FALSE(denormals_are_zero());
+  EXPECT_GT(tiny * scale, 0.0f);
+  volatile float subnormal = tiny * scale;
+  {
+    DenormalsAreZero scope;
+    EXPECT_TRUE(denormals_are_zero());
+    EXPECT_EQ(tiny * scale, 0.0f);
+    EXPECT_EQ(subnormal * 1.0f, 0.0f);
+  }
+  EXPECT_FALSE(denormals_are_zero());
+  EXPECT_GT(tiny * scale, 0.0f);
+}
+
+// Tower's pools compute in that mode whatever their creator's.
+TEST(DenormalsTest, PoolThreadsHaveSubnormalsAsZero) {
+  ThreadPool pool(2);
+  for (int i = 0; i < 4; ++i) pool.submit([] { EXPECT_TRUE(denormals_are_zero()); }).get();
+}
 
 TEST(ThreadPoolTest, ParallelForRunsEveryIndexOnce) {
   ThreadPool pool(3);

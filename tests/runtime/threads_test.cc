@@ -3,6 +3,9 @@
 // with its own (a 1-thread tower once ran its convolutions on every core).
 #include <gtest/gtest.h>
 
+#include <vector>
+
+#include "tower/core/denormals.h"
 #include "tower/graph/op_registry.h"
 #include "tower/kernels/kernel.h"
 #include "tower/runtime/program.h"
@@ -39,6 +42,42 @@ TEST(KernelThreadsTest, ProgramsBuildAndRunKernelsWithTheirOwnTeam) {
     program.run();
     EXPECT_EQ(threads_at_run, threads);
     EXPECT_EQ(kernel_threads(), 3) << "and after a run";
+  }
+}
+
+// Subnormals as zero (core/denormals.h) on every thread that runs a kernel, team members included,
+// so that a result never depends on which member computed it; the caller's own mode comes back.
+std::vector<char> members_zero_denormals;
+KernelRegistrar denormals_probe_kernel{
+    "DenormalsProbe", DeviceKind::cpu, [](const Node& node, const KernelContext& context) {
+      const int team = context.num_threads;
+      return simple_kernel([team](const Node&, const KernelIO& io) {
+        members_zero_denormals.assign(static_cast<size_t>(team), 0);
+        run_on_team(team, [](int member) {
+          members_zero_denormals[static_cast<size_t>(member)] = denormals_are_zero();
+        });
+        const_cast<Tensor&>(io.outputs[0]).copy_from(io.inputs[0]);
+      })(node, context);
+    }};
+OpRegistrar denormals_probe_op{{"DenormalsProbe", [](const Node& node) {
+                                  return std::vector<TensorSpec>{node.inputs[0].spec()};
+                                }}};
+
+TEST(KernelThreadsTest, KernelsRunWithSubnormalsAsZeroOnEveryMember) {
+  ASSERT_FALSE(denormals_are_zero()) << "the test thread starts in the default mode";
+  for (int threads : {1, 2, 3}) {
+    Graph graph;
+    Scope scope(graph);
+    Value x = scope.placeholder("x", Shape{4});
+    Value y = scope.op("DenormalsProbe", {x});
+    VariableStore variables;
+    Program program(graph, {y}, variables, {Device{}, threads});
+    program.run();
+    ASSERT_EQ(members_zero_denormals.size(), static_cast<size_t>(threads));
+    for (int m = 0; m < threads; ++m)
+      EXPECT_TRUE(members_zero_denormals[static_cast<size_t>(m)])
+          << "member " << m << " of " << threads;
+    EXPECT_FALSE(denormals_are_zero()) << "the caller's mode is back";
   }
 }
 

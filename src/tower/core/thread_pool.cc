@@ -3,6 +3,7 @@
 #include <atomic>
 #include <exception>
 
+#include "tower/core/denormals.h"
 #include "tower/core/error.h"
 
 namespace tower {
@@ -67,6 +68,7 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t)>& fn)
 }
 
 void ThreadPool::worker_loop() {
+  set_denormals_are_zero(true);
   for (;;) {
     std::packaged_task<void()> task;
     {

@@ -159,6 +159,9 @@ std::vector<int> kernel_team_tids(int threads);
 // Runs fn(member) on every member of a team of `threads` (the calling thread is member 0) at once
 // and returns when all are done. The kernels they run meanwhile run on the member alone.
 void run_on_team(int threads, const std::function<void(int member)>& fn);
+// Subnormals as zero (core/denormals.h) on the members of the calling thread's team of `threads`
+// but itself, for good (the caller sets its own for the run: DenormalsAreZero).
+void zero_denormals_on_team(int threads);
 
 // set_kernel_threads() for a scope: the thread gets its previous team size back.
 class KernelThreadsScope {

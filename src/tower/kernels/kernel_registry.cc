@@ -5,6 +5,7 @@
 #include <map>
 #include <mutex>
 
+#include "tower/core/denormals.h"
 #include "tower/kernels/kernel.h"
 
 namespace tower {
@@ -71,6 +72,14 @@ KernelFactory simple_kernel(SimpleKernelFn fn) {
   return [fn = std::move(fn)](const Node& node, const KernelContext&) {
     return std::make_unique<SimpleKernel>(node, fn);
   };
+}
+
+void zero_denormals_on_team(int threads) {
+  thread_local int done = 1;  // the largest team of this thread's that has the mode
+  if (threads <= done) return;
+#pragma omp parallel num_threads(threads)
+  if (omp_get_thread_num() != 0) set_denormals_are_zero(true);
+  done = threads;
 }
 
 void set_kernel_threads(int num_threads) { omp_set_num_threads(num_threads < 1 ? 1 : num_threads); }

@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "tower/core/allocator.h"
+#include "tower/core/denormals.h"
 #include "tower/core/trace.h"
 #include "tower/kernels/kernel.h"
 #include "tower/runtime/compiled_program.h"
@@ -234,6 +235,8 @@ int Program::num_fetches() const { return static_cast<int>(impl_->fetches.size()
 void Program::run(uint64_t step, const std::function<void(int)>& on_fetch_ready) {
   Impl& m = *impl_;
   KernelThreadsScope threads(m.options.num_threads);
+  DenormalsAreZero denormals;
+  zero_denormals_on_team(m.options.num_threads);
   if (m.stream != nullptr) device_ops(m.options.device.kind).make_current(m.options.device.index);
   if (on_fetch_ready)
     for (int f : m.source_fetches) on_fetch_ready(f);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "tower/core/denormals.h"
 #include "tower/core/thread_pool.h"
 #include "tower/parallel/data_parallel.h"
 #include "tower/train/clip.h"
@@ -113,6 +114,7 @@ void DataParallelOptimizer::apply(float lr, int64_t step, float clip_norm, Threa
                                   const RangeFn& after_range) {
   // Blocks of 32 KB per tensor: the variable, its gradient and slots, and a shadow stay in L2.
   constexpr int64_t kBlock = 8192;
+  DenormalsAreZero denormals;  // (the pool's threads have it)
   auto update = [&](int64_t r) {
     const std::vector<Param>& params = params_[static_cast<size_t>(r)];
     if (clip_norm > 0) {

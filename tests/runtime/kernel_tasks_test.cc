@@ -7,22 +7,27 @@
 #include "testing/gradient_check.h"
 #include "testing/kernel_runner.h"
 #include "tower/core/device.h"
+#include "tower/graph/gradients.h"
+#include "tower/ops/batch_norm.h"
 #include "tower/ops/conv.h"
 #include "tower/ops/lrn.h"
+#include "tower/ops/math.h"
 #include "tower/ops/pool.h"
 
 namespace tower {
 namespace {
 
-// The node's kernel for a team of `threads`, run whole and then as its tasks (last first): the
-// outputs' bytes must agree.
+// The node's kernel for a team of `threads` (its inputs arriving in `layouts`, else plain), run
+// whole and then as its tasks (last first): the outputs' bytes must agree.
 void expect_tasks_cover_the_kernel(const Node& node, int threads,
-                                   Precision precision = Precision::fp32) {
+                                   Precision precision = Precision::fp32,
+                                   const std::vector<Layout>& layouts = {}) {
   const KernelFactory* factory = find_kernel(node.op, DeviceKind::cpu);
   ASSERT_NE(factory, nullptr) << node.op;
   KernelThreadsScope scope(threads);
   KernelContext context{Device{}, threads};
   context.precision = precision;
+  context.input_layouts = layouts;
   std::unique_ptr<Kernel> kernel = (*factory)(node, context);
   testing::Buffers buffers;
   KernelIO io;
@@ -91,6 +96,37 @@ TEST(KernelTasksTest, Bf16FilterGradientTasksGiveTheKernelsBits) {
   const Value dw = ops::conv2d_backprop_filter(s, x, dz, Shape{16, 16, 5, 5},
                                                ops::Conv2DAttrs{{1, 1}, ops::Padding::same});
   for (int threads : {1, 2}) expect_tasks_cover_the_kernel(*dw.node, threads, Precision::bf16);
+}
+
+// Training batch norm, forward (with its ReLU or not) and backward, on a convolution's blocked
+// layout: its tasks are groups of channels (batch_norm_groups.cc), its run() shares out images.
+TEST(KernelTasksTest, BatchNormOnChannelGroupsTasksGiveTheKernelsBits) {
+  Graph g;
+  Scope s(g);
+  Value x = s.placeholder("x", Shape{8, 32, 6, 6});
+  Value w = s.placeholder("w", Shape{32, 32, 3, 3});
+  KernelContext conv_context{Device{}, 1};
+  const Value conv = ops::conv2d(s, x, w, ops::Conv2DAttrs{});
+  const Layout layout =
+      (*find_kernel("Conv2D", DeviceKind::cpu))(*conv.node, conv_context)->output_layout(0);
+  ASSERT_FALSE(layout.is_plain());
+  auto channels = [&](const char* name) {
+    return s.get_variable(name, Shape{32}, Initializer::ones(), Trainable::no);
+  };
+  ops::BatchNormResult bn =
+      ops::batch_norm(s, x, channels("gamma"), channels("beta"), channels("mean"), channels("var"));
+  gradients(s, ops::reduce_sum(s, bn.y), {x});
+  const Node* grad = nullptr;
+  for (const auto& node : g.nodes())
+    if (node->op == "FusedBatchNormGrad") grad = node.get();
+  ASSERT_NE(grad, nullptr);
+  Node relu = *bn.y.node;
+  relu.op = "FusedBatchNorm+Relu";
+  for (int threads : {1, 2}) {
+    expect_tasks_cover_the_kernel(*bn.y.node, threads, Precision::fp32, {layout});
+    expect_tasks_cover_the_kernel(relu, threads, Precision::fp32, {layout});
+    expect_tasks_cover_the_kernel(*grad, threads, Precision::fp32, {layout, layout});
+  }
 }
 
 }  // namespace

@@ -1,10 +1,13 @@
 // FusedBatchNorm and its gradient on oneDNN batch_normalization (separate scale and shift), built
 // once with a user scratchpad, in the layout x comes in (plain nchw / nc, or a convolution's
-// blocked one); the per-channel tensors are plain. AssignMovingAverage is a plain loop.
+// blocked one); the per-channel tensors are plain. In training, on a convolution's layout, the
+// loops over channel groups of batch_norm_groups.cc run instead (they split into tasks).
+// AssignMovingAverage is a plain loop.
 #include "tower/ops/batch_norm.h"
 
 #include <cstring>
 
+#include "tower/kernels/cpu/batch_norm.h"
 #include "tower/kernels/cpu/dnnl_util.h"
 #include "tower/kernels/kernel.h"
 
@@ -141,15 +144,21 @@ class FusedBatchNormGradKernel : public Kernel {
 };
 
 KernelRegistrar batch_norm_kernel{
-    "FusedBatchNorm", DeviceKind::cpu, [](const Node& node, const KernelContext& context) {
+    "FusedBatchNorm", DeviceKind::cpu,
+    [](const Node& node, const KernelContext& context) -> std::unique_ptr<Kernel> {
+      if (auto kernel = make_batch_norm_groups(node, context, false)) return kernel;
       return std::make_unique<FusedBatchNormKernel>(node, context, false);
     }};
 KernelRegistrar batch_norm_relu_kernel{
-    "FusedBatchNorm+Relu", DeviceKind::cpu, [](const Node& node, const KernelContext& context) {
+    "FusedBatchNorm+Relu", DeviceKind::cpu,
+    [](const Node& node, const KernelContext& context) -> std::unique_ptr<Kernel> {
+      if (auto kernel = make_batch_norm_groups(node, context, true)) return kernel;
       return std::make_unique<FusedBatchNormKernel>(node, context, true);
     }};
 KernelRegistrar batch_norm_grad_kernel{
-    "FusedBatchNormGrad", DeviceKind::cpu, [](const Node& node, const KernelContext& context) {
+    "FusedBatchNormGrad", DeviceKind::cpu,
+    [](const Node& node, const KernelContext& context) -> std::unique_ptr<Kernel> {
+      if (auto kernel = make_batch_norm_grad_groups(node, context)) return kernel;
       return std::make_unique<FusedBatchNormGradKernel>(node, context);
     }};
 

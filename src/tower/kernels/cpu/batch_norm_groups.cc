@@ -1,0 +1,331 @@
+// Training batch normalization, forward (FusedBatchNorm[+Relu]) and backward (FusedBatchNormGrad),
+// as plain loops over groups of channels (a block of 8 or 16, or 16 or 8 of channels last), when x
+// comes in a convolution's layout with no padding lanes. A group's statistics need only its own
+// channels, so the groups are independent tasks (Kernel::tasks): unlike oneDNN's primitive, which
+// splits its statistics over the team it was built for, these let a program run in contended
+// mode. On a team (run()), the images of every group are shared out too.
+//
+// Either way the bits are the same, since the sums have one shape: per image, in f32 vectors (a
+// lane per channel) over its plane, which stays in cache for a second look; then the images in
+// order, in double. The forward pass takes each image's mean and sum of squared deviations and
+// merges them (Chan et al.'s pairwise update), as accurate as two passes over the batch but with
+// one; the backward pass sums dy and dy * (x - mean).
+#include <omp.h>
+
+#include <cmath>
+#include <optional>
+#include <vector>
+
+#include "tower/kernels/cpu/batch_norm.h"
+#include "tower/kernels/cpu/clones.h"
+#include "tower/kernels/cpu/dnnl_util.h"
+#include "tower/ops/batch_norm.h"
+
+// Helpers here return vectors by value; all are inlined, so no call passes one (GCC warns that
+// such a return's ABI depends on the clone's instruction set).
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+namespace tower::cpu {
+namespace {
+
+// Where a group of `lanes` channels lies: at(n, g) is its first element in image n, and position
+// (h, w) adds h * row + w * step.
+struct ChannelGroups {
+  int64_t images, channels, height, width, lanes;
+  int64_t image, block, block_stride, row, step;  // ChannelBlocks' strides
+  int64_t groups() const { return channels / lanes; }
+  int64_t plane() const { return height * width; }
+  int64_t at(int64_t n, int64_t group) const {
+    const int64_t c = group * lanes;
+    return n * image + c / block * block_stride + c % block;
+  }
+};
+
+std::optional<ChannelGroups> channel_groups(const Shape& x, const Layout& layout) {
+  if (x.rank() != 4 || layout.is_plain()) return std::nullopt;
+  const auto blocks = channel_blocks(md_of(x, layout));
+  const int64_t* s = blocks ? blocks->strides : nullptr;
+  if (!blocks || blocks->block % 8 != 0 || x[1] % blocks->block != 0 || s[2] != x[3] * s[3])
+    return std::nullopt;
+  const int64_t lanes = blocks->block % 16 == 0 ? 16 : 8;
+  return ChannelGroups{x[0], x[1], x[2], x[3], lanes, s[0], blocks->block, s[1], s[2], s[3]};
+}
+
+// What one image of one group computes; per-channel arrays start at the group's first channel.
+struct ImageJob {
+  enum class Kind { moments, normalize, grad_sums, grad } kind;
+  ChannelGroups g;
+  const float* x;
+  const float* dy;  // grad_sums, grad
+  float* out;       // y (normalize) or dx (grad)
+  const float* a;   // normalize: scale; grad: mean, k_dy, k_x, k_1 (each `lanes` apart)
+  const float* b;   // normalize: shift; grad_sums: mean
+  bool relu;        // normalize
+  double* sums;     // moments: mean, m2; grad_sums: sum dy, sum dy * (x - mean) (per image)
+};
+
+template <int L>
+TOWER_ALWAYS_INLINE typename Vectors<L>::F vload(const float* p) {
+  typename Vectors<L>::F v;
+  load(v, p);
+  return v;
+}
+
+// Calls f(offset) for every position of the plane from `at` (rows follow each other: the
+// layouts here have no gaps).
+template <typename Fn>
+TOWER_ALWAYS_INLINE void each_position(const ChannelGroups& g, int64_t at, const Fn& f) {
+  const int64_t end = at + g.plane() * g.step, step = g.step;
+  for (int64_t i = at; i < end; i += step) f(i);
+}
+
+// sum = the sum over the plane of what add(offset, acc) adds to acc, in four interleaved f32
+// accumulators (a sum's latency would otherwise bound the loop) added at the end.
+template <typename F, typename Fn>
+TOWER_ALWAYS_INLINE void plane_sum(const ChannelGroups& g, int64_t at, F& sum, const Fn& add) {
+  const int64_t positions = g.plane(), step = g.step;
+  F acc[4] = {};
+  int64_t p = 0;
+  for (; p + 4 <= positions; p += 4)
+    for (int k = 0; k < 4; ++k) add(at + (p + k) * step, acc[k]);
+  for (; p < positions; ++p) add(at + p * step, acc[0]);
+  sum = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+}
+
+// (Everything the loops read is copied into locals first: the stores, memcpy underneath, may
+// alias any memory, and would have the job's fields reloaded at every position.)
+template <int L>
+TOWER_ALWAYS_INLINE void run_image(const ImageJob& j, int64_t n, int64_t group) {
+  using F = typename Vectors<L>::F;
+  const ChannelGroups g = j.g;
+  const float* const x = j.x;
+  const float* const dy = j.dy;
+  float* const out = j.out;
+  const int64_t at = g.at(n, group);
+  double* const sums = j.sums + (n * g.channels + group * L) * 2;  // [image][channel][2]
+  F s0{}, s1{};
+  switch (j.kind) {
+    case ImageJob::Kind::moments: {
+      plane_sum(g, at, s0, [&](int64_t i, F& acc) { acc += vload<L>(x + i); });
+      const F mean = s0 / static_cast<float>(g.plane());
+      plane_sum(g, at, s1, [&](int64_t i, F& acc) {
+        const F d = vload<L>(x + i) - mean;
+        acc += d * d;
+      });
+      for (int l = 0; l < L; ++l) sums[2 * l] = mean[l], sums[2 * l + 1] = s1[l];
+      return;
+    }
+    case ImageJob::Kind::normalize: {
+      const F scale = vload<L>(j.a), shift = vload<L>(j.b);
+      if (j.relu)
+        each_position(g, at, [&](int64_t i) {
+          const F v = vload<L>(x + i) * scale + shift;
+          store(out + i, v > F{} ? v : F{});
+        });
+      else
+        each_position(g, at, [&](int64_t i) { store(out + i, vload<L>(x + i) * scale + shift); });
+      return;
+    }
+    case ImageJob::Kind::grad_sums: {
+      const F mean = vload<L>(j.b);
+      plane_sum(g, at, s0, [&](int64_t i, F& acc) { acc += vload<L>(dy + i); });
+      plane_sum(g, at, s1,
+                [&](int64_t i, F& acc) { acc += vload<L>(dy + i) * (vload<L>(x + i) - mean); });
+      for (int l = 0; l < L; ++l) sums[2 * l] = s0[l], sums[2 * l + 1] = s1[l];
+      return;
+    }
+    case ImageJob::Kind::grad: {
+      const F mean = vload<L>(j.a), k_dy = vload<L>(j.a + L), k_x = vload<L>(j.a + 2 * L),
+              k_1 = vload<L>(j.a + 3 * L);
+      each_position(g, at, [&](int64_t i) {
+        store(out + i, k_dy * vload<L>(dy + i) + k_x * (vload<L>(x + i) - mean) + k_1);
+      });
+      return;
+    }
+  }
+}
+TOWER_ALWAYS_INLINE void bn_image_body(const ImageJob& job, int64_t n, int64_t group) {
+  if (job.g.lanes == 16)
+    run_image<16>(job, n, group);
+  else
+    run_image<8>(job, n, group);
+}
+TOWER_CPU_VARIANTS(bn_image, (const ImageJob& job, int64_t n, int64_t group), (job, n, group))
+
+// A kernel over (image, group) jobs in two phases: sums per image, then (after each group's
+// images are merged in order, on one thread) the writing pass. Tasks are the groups, each both
+// phases over all its images; run() shares the (image, group) pairs of each phase over the team.
+class GroupKernel : public Kernel {
+ public:
+  GroupKernel(const Node& node, const KernelContext& context, ChannelGroups groups, Layout layout)
+      : node_(node),
+        g_(groups),
+        layout_(std::move(layout)),
+        team_(context.num_threads),
+        epsilon_(node.attr<ops::BatchNormAttrs>().epsilon) {}
+
+  // Per image and channel two sums; per channel 4 factors for the writing pass.
+  size_t scratch_bytes() const override {
+    return align64(static_cast<size_t>(g_.images * g_.channels * 2) * sizeof(double)) +
+           static_cast<size_t>(g_.channels * 4) * sizeof(float);
+  }
+  Tasks tasks() const override { return Tasks::split(static_cast<int>(g_.groups())); }
+  void run_task(const KernelIO& io, int group, int) override {
+    for (int64_t n = 0; n < g_.images; ++n) bn_image(job(io, true, group), n, group);
+    merge(io, group);
+    // (the writing pass backwards: the last images' data is still in cache)
+    for (int64_t n = g_.images - 1; n >= 0; --n) bn_image(job(io, false, group), n, group);
+  }
+  void run(const KernelIO& io) override {
+    const int64_t groups = g_.groups(), pairs = g_.images * groups;
+    std::vector<ImageJob> jobs;  // [phase][group]
+    for (int first = 1; first >= 0; --first)
+      for (int64_t group = 0; group < groups; ++group) jobs.push_back(job(io, first == 1, group));
+#pragma omp parallel num_threads(team_) if (team_ > 1)
+    {
+#pragma omp for schedule(static)
+      for (int64_t p = 0; p < pairs; ++p)
+        bn_image(jobs[static_cast<size_t>(p % groups)], p / groups, p % groups);
+#pragma omp for schedule(static)
+      for (int64_t group = 0; group < groups; ++group) merge(io, group);
+#pragma omp for schedule(static)
+      for (int64_t p = pairs - 1; p >= 0; --p)
+        bn_image(jobs[static_cast<size_t>(groups + p % groups)], p / groups, p % groups);
+    }
+  }
+
+ protected:
+  // The job of the sums' phase (`first`) or of the writing one, for `group`.
+  virtual ImageJob job(const KernelIO& io, bool first, int64_t group) const = 0;
+  // The group's statistics from its images' sums, and the writing pass's factors.
+  virtual void merge(const KernelIO& io, int64_t group) const = 0;
+
+  double* sums(const KernelIO& io) const { return static_cast<double*>(io.scratch); }
+  float* factors(const KernelIO& io) const {
+    return reinterpret_cast<float*>(
+        static_cast<char*>(io.scratch) +
+        align64(static_cast<size_t>(g_.images * g_.channels * 2) * sizeof(double)));
+  }
+
+  const Node& node_;
+  ChannelGroups g_;
+  Layout layout_;  // x's (and y's, dy's, dx's)
+  int team_;
+  float epsilon_;
+};
+
+// Inputs (x, gamma, beta, moving_mean, moving_var) -> (y, mean, variance).
+class BatchNormGroups : public GroupKernel {
+ public:
+  BatchNormGroups(const Node& node, const KernelContext& context, ChannelGroups groups, bool relu)
+      : GroupKernel(node, context, groups, context.input_layout(0)), relu_(relu) {}
+  Layout input_layout(int i) const override { return i == 0 ? layout_ : Layout{}; }
+  Layout output_layout(int o) const override { return o == 0 ? layout_ : Layout{}; }
+
+ private:
+  ImageJob job(const KernelIO& io, bool first, int64_t group) const override {
+    float* f = factors(io) + group * g_.lanes * 2;  // scale, shift
+    return {first ? ImageJob::Kind::moments : ImageJob::Kind::normalize,
+            g_,
+            io.inputs[0].data<float>(),
+            nullptr,
+            io.outputs[0].data<float>(),
+            f,
+            f + g_.lanes,
+            relu_,
+            sums(io)};
+  }
+  void merge(const KernelIO& io, int64_t group) const override {
+    float* f = factors(io) + group * g_.lanes * 2;
+    for (int64_t l = 0; l < g_.lanes; ++l) {
+      const int64_t c = group * g_.lanes + l;
+      double count = 0, mean = 0, m2 = 0;
+      for (int64_t n = 0; n < g_.images; ++n) {
+        const double* s = sums(io) + (n * g_.channels + c) * 2;
+        const double plane = static_cast<double>(g_.plane()), delta = s[0] - mean;
+        const double total = count + plane;
+        mean += delta * plane / total;
+        m2 += s[1] + delta * delta * count * plane / total;
+        count = total;
+      }
+      const double var = m2 / count;
+      const double scale = io.inputs[1].data<float>()[c] / std::sqrt(var + epsilon_);
+      io.outputs[1].data<float>()[c] = static_cast<float>(mean);
+      io.outputs[2].data<float>()[c] = static_cast<float>(var);
+      f[l] = static_cast<float>(scale);
+      f[g_.lanes + l] = static_cast<float>(io.inputs[2].data<float>()[c] - mean * scale);
+    }
+  }
+  bool relu_;
+};
+
+// Inputs (dy, x, gamma, beta, mean, variance) -> (dx, dgamma, dbeta): dbeta = sum dy, dgamma =
+// sum dy * xhat, dx = gamma / sigma * (dy - dbeta / M - xhat * dgamma / M), with xhat = (x -
+// mean) / sigma and sigma = sqrt(var + epsilon).
+class BatchNormGradGroups : public GroupKernel {
+ public:
+  BatchNormGradGroups(const Node& node, const KernelContext& context, ChannelGroups groups)
+      : GroupKernel(node, context, groups, context.input_layout(1)) {}
+  Layout input_layout(int i) const override { return i <= 1 ? layout_ : Layout{}; }
+  Layout output_layout(int o) const override { return o == 0 ? layout_ : Layout{}; }
+
+ private:
+  ImageJob job(const KernelIO& io, bool first, int64_t group) const override {
+    const int64_t c = group * g_.lanes;
+    return {first ? ImageJob::Kind::grad_sums : ImageJob::Kind::grad,
+            g_,
+            io.inputs[1].data<float>(),
+            io.inputs[0].data<float>(),
+            io.outputs[0].data<float>(),
+            factors(io) + c * 4,  // mean, k_dy, k_x, k_1
+            io.inputs[4].data<float>() + c,
+            false,
+            sums(io)};
+  }
+  // dx = k_dy * dy + k_x * (x - mean) + k_1.
+  void merge(const KernelIO& io, int64_t group) const override {
+    float* f = factors(io) + group * g_.lanes * 4;
+    const auto count = static_cast<double>(g_.images * g_.plane());
+    for (int64_t l = 0; l < g_.lanes; ++l) {
+      const int64_t c = group * g_.lanes + l;
+      double sum_dy = 0, sum_dy_xc = 0;
+      for (int64_t n = 0; n < g_.images; ++n) {
+        const double* s = sums(io) + (n * g_.channels + c) * 2;
+        sum_dy += s[0];
+        sum_dy_xc += s[1];
+      }
+      const double gamma = io.inputs[2].data<float>()[c];
+      const double rstd =
+          1.0 / std::sqrt(static_cast<double>(io.inputs[5].data<float>()[c]) + epsilon_);
+      io.outputs[1].data<float>()[c] = static_cast<float>(sum_dy_xc * rstd);
+      io.outputs[2].data<float>()[c] = static_cast<float>(sum_dy);
+      f[l] = io.inputs[4].data<float>()[c];
+      f[g_.lanes + l] = static_cast<float>(gamma * rstd);
+      f[2 * g_.lanes + l] = static_cast<float>(-gamma * rstd * rstd * rstd * sum_dy_xc / count);
+      f[3 * g_.lanes + l] = static_cast<float>(-gamma * rstd * sum_dy / count);
+    }
+  }
+};
+
+bool training(const Node& node) {
+  return node.attr<ops::BatchNormAttrs>().mode == ops::BatchNormMode::training;
+}
+
+}  // namespace
+
+std::unique_ptr<Kernel> make_batch_norm_groups(const Node& node, const KernelContext& context,
+                                               bool relu) {
+  auto groups = channel_groups(node.inputs[0].shape(), context.input_layout(0));
+  if (!training(node) || !groups) return nullptr;
+  return std::make_unique<BatchNormGroups>(node, context, *groups, relu);
+}
+
+std::unique_ptr<Kernel> make_batch_norm_grad_groups(const Node& node,
+                                                    const KernelContext& context) {
+  // dy comes in x's layout or is converted to it.
+  auto groups = channel_groups(node.inputs[1].shape(), context.input_layout(1));
+  if (!training(node) || !groups) return nullptr;
+  return std::make_unique<BatchNormGradGroups>(node, context, *groups);
+}
+
+}  // namespace tower::cpu

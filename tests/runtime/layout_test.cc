@@ -131,9 +131,10 @@ TEST(LayoutTest, FusionKeepsResultsAndRunsFewerKernels) {
   EXPECT_EQ(separate.fused_nodes, 0);
   // Two Conv2D and two BiasAdd inside Conv2D+BiasAdd+Relu, a MaxPoolGrad inside
   // MaxPoolGrad+ReluGrad, both bias gradients inside the filter gradients of their layers
-  // (Conv2DBackpropFilter+BiasAddGrad), and a ReLU inside FusedBatchNorm+Relu.
-  EXPECT_EQ(fused.fused_nodes, 8);
-  EXPECT_EQ(fused.num_kernels, separate.num_kernels - 8);
+  // (Conv2DBackpropFilter+BiasAddGrad), a ReLU inside FusedBatchNorm+Relu and its gradient inside
+  // ReluGrad+FusedBatchNormGrad.
+  EXPECT_EQ(fused.fused_nodes, 9);
+  EXPECT_EQ(fused.num_kernels, separate.num_kernels - 9);
 }
 
 // Inference batch norms folded into their convolutions (Conv2D+FusedBatchNorm+Relu, and
@@ -193,33 +194,43 @@ TEST(LayoutTest, InferenceBatchNormFoldedIntoTheConvolutionKeepsResults) {
     ASSERT_NEAR(a[0].data<float>()[k], b[0].data<float>()[k], 0.02f * scale) << k;
 }
 
-// A training batch norm with its ReLU in one pass (FusedBatchNorm+Relu): the same bits as the
-// two kernels apart, forward and gradients, with the statistics still reaching the gradient.
+// A training batch norm with its ReLU in one pass (FusedBatchNorm+Relu), and its gradient with the
+// ReLU's (ReluGrad+FusedBatchNormGrad): the same bits as the kernels apart, forward and
+// gradients, with the statistics still reaching the gradient.
 TEST(LayoutTest, BatchNormTakesItsReluWithTheSameBits) {
-  Graph graph;
-  Scope s(graph);
-  Value x = s.placeholder("x", Shape{8, 16, 6, 6});
-  auto channel = [&](const std::string& name, Trainable trainable = Trainable::yes) {
-    return s.get_variable(name, Shape{16}, Initializer::uniform(0.5f), trainable);
-  };
-  Value gamma = channel("gamma"), beta = channel("beta");
-  Value y = ops::relu(s, ops::batch_norm(s, x, gamma, beta, channel("mean", Trainable::no),
-                                         channel("var", Trainable::no), {})
-                             .y);
-  Value loss = ops::l2_loss(s, y);
-  std::vector<Value> fetches = {loss, y};
-  for (Value g : gradients(s, loss, {x, gamma, beta})) fetches.push_back(g);
-  VariableStore variables;
-  variables.initialize(graph, 5);
-  const Tensor input = testing::random_tensor(Shape{8, 16, 6, 6}, 7);
-  ProgramStats separate, fused;
-  std::vector<Tensor> a =
-      run_program(graph, fetches, variables, {Device{}, 2, true, false}, x, input, &separate);
-  std::vector<Tensor> b =
-      run_program(graph, fetches, variables, {Device{}, 2, true, true}, x, input, &fused);
-  EXPECT_EQ(fused.fused_nodes, 1);
-  for (size_t i = 0; i < a.size(); ++i)
-    EXPECT_EQ(std::memcmp(a[i].raw_data(), b[i].raw_data(), a[i].nbytes()), 0) << "fetch " << i;
+  // x plain (oneDNN's batch norm; the gradient masks dy into scratch first) and in a
+  // convolution's blocked layout (the channel groups, masking in their passes).
+  for (bool blocked : {false, true}) {
+    SCOPED_TRACE(blocked ? "blocked" : "plain");
+    Graph graph;
+    Scope s(graph);
+    Value images = s.placeholder("x", Shape{8, 16, 6, 6});
+    auto channel = [&](const std::string& name, Trainable trainable = Trainable::yes) {
+      return s.get_variable(name, Shape{16}, Initializer::uniform(0.5f), trainable);
+    };
+    Value x = images;
+    if (blocked)
+      x = ops::conv2d(s, images, s.get_variable("w", Shape{16, 16, 1, 1}, Initializer::he_normal()),
+                      {{1, 1}, ops::Padding::valid});
+    Value gamma = channel("gamma"), beta = channel("beta");
+    Value y = ops::relu(s, ops::batch_norm(s, x, gamma, beta, channel("mean", Trainable::no),
+                                           channel("var", Trainable::no), {})
+                               .y);
+    Value loss = ops::l2_loss(s, y);
+    std::vector<Value> fetches = {loss, y};
+    for (Value g : gradients(s, loss, {images, gamma, beta})) fetches.push_back(g);
+    VariableStore variables;
+    variables.initialize(graph, 5);
+    const Tensor input = testing::random_tensor(Shape{8, 16, 6, 6}, 7);
+    ProgramStats separate, fused;
+    std::vector<Tensor> a = run_program(graph, fetches, variables, {Device{}, 2, true, false},
+                                        images, input, &separate);
+    std::vector<Tensor> b =
+        run_program(graph, fetches, variables, {Device{}, 2, true, true}, images, input, &fused);
+    EXPECT_EQ(fused.fused_nodes, 2);  // FusedBatchNorm+Relu, ReluGrad+FusedBatchNormGrad
+    for (size_t i = 0; i < a.size(); ++i)
+      EXPECT_EQ(std::memcmp(a[i].raw_data(), b[i].raw_data(), a[i].nbytes()), 0) << "fetch " << i;
+  }
 }
 
 // MatMul -> BiasAdd -> Relu and MatMul -> BiasAdd fuse; a chain whose middle value is read

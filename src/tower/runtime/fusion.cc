@@ -54,6 +54,12 @@ const ChainRule kChains[] = {
      nullptr,
      false,
      true},
+    // ReLU's gradient masking dy for a batch norm's gradient alone, in its passes.
+    {{"ReluGrad"},
+     "FusedBatchNormGrad",
+     {},
+     [](const Node& first, const Node& then) { return then.inputs[0] == out(&first); },
+     [](const Node&, const Node& then) { return then.attrs; }},
     {{"MaxPoolGrad", "LRNGrad"},
      "ReluGrad",
      {},

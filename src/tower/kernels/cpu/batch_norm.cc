@@ -158,8 +158,59 @@ KernelRegistrar batch_norm_relu_kernel{
 KernelRegistrar batch_norm_grad_kernel{
     "FusedBatchNormGrad", DeviceKind::cpu,
     [](const Node& node, const KernelContext& context) -> std::unique_ptr<Kernel> {
-      if (auto kernel = make_batch_norm_grad_groups(node, context)) return kernel;
+      if (auto kernel = make_batch_norm_grad_groups(node, context, false)) return kernel;
       return std::make_unique<FusedBatchNormGradKernel>(node, context);
+    }};
+
+// ReluGrad+FusedBatchNormGrad (inputs dy, the ReLU's output y, then FusedBatchNormGrad's but dy):
+// where the channel groups do not apply, dy masked by y > 0 into scratch, then oneDNN's gradient.
+class ReluThenBatchNormGrad : public Kernel {
+ public:
+  ReluThenBatchNormGrad(const Node& node, const KernelContext& context)
+      : inner_node_(node), inner_context_(context) {
+    inner_node_.op = "FusedBatchNormGrad";
+    inner_node_.inputs.erase(inner_node_.inputs.begin() + 1);
+    const Layout x_layout = context.input_layout(2);
+    inner_context_.input_layouts = {x_layout, x_layout};
+    inner_ = std::make_unique<FusedBatchNormGradKernel>(inner_node_, inner_context_);
+    bytes_ = x_layout.bytes(node.inputs[0].spec());
+  }
+  size_t scratch_bytes() const override { return align64(bytes_) + inner_->scratch_bytes(); }
+  Layout input_layout(int i) const override {
+    return i <= 1 ? inner_->input_layout(0) : inner_->input_layout(i - 1);
+  }
+  Layout output_layout(int o) const override { return inner_->output_layout(o); }
+  void bind(const KernelIO& io) override {
+    inner_io_.inputs.clear();
+    inner_io_.inputs.push_back(Tensor::wrap(io.scratch, io.inputs[0].shape(), DType::f32));
+    for (size_t i = 2; i < io.inputs.size(); ++i) inner_io_.inputs.push_back(io.inputs[i].view());
+    inner_io_.outputs.clear();
+    for (const Tensor& out : io.outputs) inner_io_.outputs.push_back(out.view());
+    inner_io_.scratch = static_cast<char*>(io.scratch) + align64(bytes_);
+    inner_->bind(inner_io_);
+  }
+  Tasks tasks() const override { return inner_->tasks(); }
+  void run(const KernelIO& io) override {
+    const float* dy = io.inputs[0].data<float>();
+    const float* y = io.inputs[1].data<float>();
+    auto* masked = static_cast<float*>(io.scratch);
+    for (size_t i = 0; i < bytes_ / sizeof(float); ++i) masked[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+    inner_->run(inner_io_);
+  }
+
+ private:
+  Node inner_node_;  // FusedBatchNormGrad's
+  KernelContext inner_context_;
+  std::unique_ptr<FusedBatchNormGradKernel> inner_;
+  KernelIO inner_io_;
+  size_t bytes_ = 0;  // dy's, in its layout
+};
+
+KernelRegistrar relu_batch_norm_grad_kernel{
+    "ReluGrad+FusedBatchNormGrad", DeviceKind::cpu,
+    [](const Node& node, const KernelContext& context) -> std::unique_ptr<Kernel> {
+      if (auto kernel = make_batch_norm_grad_groups(node, context, true)) return kernel;
+      return std::make_unique<ReluThenBatchNormGrad>(node, context);
     }};
 
 // Input 0 is a view of the variable's storage (the runtime binds Variable nodes to it), so the

@@ -57,6 +57,7 @@ struct ImageJob {
   ChannelGroups g;
   const float* x;
   const float* dy;  // grad_sums, grad
+  const float* y;   // grad_sums, grad after a ReLU: its output (dy counts where it is > 0)
   float* out;       // y (normalize) or dx (grad)
   const float* a;   // normalize: scale; grad: mean, k_dy, k_x, k_1 (each `lanes` apart)
   const float* b;   // normalize: shift; grad_sums: mean
@@ -103,7 +104,15 @@ TOWER_ALWAYS_INLINE void run_image(const ImageJob& j, int64_t n, int64_t group) 
   float* const out = j.out;
   const int64_t at = g.at(n, group);
   double* const sums = j.sums + (n * g.channels + group * L) * 2;  // [image][channel][2]
+  const float* const y = j.y;
   F s0{}, s1{};
+  // dy, or ReLU's gradient of it (0 where the ReLU's output is not positive)
+  auto masked_dy = [&](int64_t i) {
+    F d;
+    load(d, dy + i);
+    if (y != nullptr) d = vload<L>(y + i) > F{} ? d : F{};
+    return d;
+  };
   switch (j.kind) {
     case ImageJob::Kind::moments: {
       plane_sum(g, at, s0, [&](int64_t i, F& acc) { acc += vload<L>(x + i); });
@@ -128,9 +137,9 @@ TOWER_ALWAYS_INLINE void run_image(const ImageJob& j, int64_t n, int64_t group) 
     }
     case ImageJob::Kind::grad_sums: {
       const F mean = vload<L>(j.b);
-      plane_sum(g, at, s0, [&](int64_t i, F& acc) { acc += vload<L>(dy + i); });
+      plane_sum(g, at, s0, [&](int64_t i, F& acc) { acc += masked_dy(i); });
       plane_sum(g, at, s1,
-                [&](int64_t i, F& acc) { acc += vload<L>(dy + i) * (vload<L>(x + i) - mean); });
+                [&](int64_t i, F& acc) { acc += masked_dy(i) * (vload<L>(x + i) - mean); });
       for (int l = 0; l < L; ++l) sums[2 * l] = s0[l], sums[2 * l + 1] = s1[l];
       return;
     }
@@ -138,7 +147,7 @@ TOWER_ALWAYS_INLINE void run_image(const ImageJob& j, int64_t n, int64_t group) 
       const F mean = vload<L>(j.a), k_dy = vload<L>(j.a + L), k_x = vload<L>(j.a + 2 * L),
               k_1 = vload<L>(j.a + 3 * L);
       each_position(g, at, [&](int64_t i) {
-        store(out + i, k_dy * vload<L>(dy + i) + k_x * (vload<L>(x + i) - mean) + k_1);
+        store(out + i, k_dy * masked_dy(i) + k_x * (vload<L>(x + i) - mean) + k_1);
       });
       return;
     }
@@ -229,6 +238,7 @@ class BatchNormGroups : public GroupKernel {
             g_,
             io.inputs[0].data<float>(),
             nullptr,
+            nullptr,
             io.outputs[0].data<float>(),
             f,
             f + g_.lanes,
@@ -261,24 +271,30 @@ class BatchNormGroups : public GroupKernel {
 
 // Inputs (dy, x, gamma, beta, mean, variance) -> (dx, dgamma, dbeta): dbeta = sum dy, dgamma =
 // sum dy * xhat, dx = gamma / sigma * (dy - dbeta / M - xhat * dgamma / M), with xhat = (x -
-// mean) / sigma and sigma = sqrt(var + epsilon).
+// mean) / sigma and sigma = sqrt(var + epsilon). ReluGrad+FusedBatchNormGrad (inputs dy, the
+// ReLU's output y, then the same): dy where y > 0, else 0, as ReluGrad gives it.
 class BatchNormGradGroups : public GroupKernel {
  public:
-  BatchNormGradGroups(const Node& node, const KernelContext& context, ChannelGroups groups)
-      : GroupKernel(node, context, groups, context.input_layout(1)) {}
-  Layout input_layout(int i) const override { return i <= 1 ? layout_ : Layout{}; }
+  BatchNormGradGroups(const Node& node, const KernelContext& context, ChannelGroups groups,
+                      bool relu)
+      : GroupKernel(node, context, groups, context.input_layout(relu ? 2 : 1)), r_(relu ? 1 : 0) {}
+  Layout input_layout(int i) const override { return i <= 1 + r_ ? layout_ : Layout{}; }
   Layout output_layout(int o) const override { return o == 0 ? layout_ : Layout{}; }
 
  private:
+  const float* in(const KernelIO& io, int i) const {  // input i of the unfused gradient (i > 0)
+    return io.inputs[static_cast<size_t>(i + r_)].data<float>();
+  }
   ImageJob job(const KernelIO& io, bool first, int64_t group) const override {
     const int64_t c = group * g_.lanes;
     return {first ? ImageJob::Kind::grad_sums : ImageJob::Kind::grad,
             g_,
-            io.inputs[1].data<float>(),
+            in(io, 1),
             io.inputs[0].data<float>(),
+            r_ ? io.inputs[1].data<float>() : nullptr,
             io.outputs[0].data<float>(),
             factors(io) + c * 4,  // mean, k_dy, k_x, k_1
-            io.inputs[4].data<float>() + c,
+            in(io, 4) + c,
             false,
             sums(io)};
   }
@@ -294,17 +310,17 @@ class BatchNormGradGroups : public GroupKernel {
         sum_dy += s[0];
         sum_dy_xc += s[1];
       }
-      const double gamma = io.inputs[2].data<float>()[c];
-      const double rstd =
-          1.0 / std::sqrt(static_cast<double>(io.inputs[5].data<float>()[c]) + epsilon_);
+      const double gamma = in(io, 2)[c];
+      const double rstd = 1.0 / std::sqrt(static_cast<double>(in(io, 5)[c]) + epsilon_);
       io.outputs[1].data<float>()[c] = static_cast<float>(sum_dy_xc * rstd);
       io.outputs[2].data<float>()[c] = static_cast<float>(sum_dy);
-      f[l] = io.inputs[4].data<float>()[c];
+      f[l] = in(io, 4)[c];
       f[g_.lanes + l] = static_cast<float>(gamma * rstd);
       f[2 * g_.lanes + l] = static_cast<float>(-gamma * rstd * rstd * rstd * sum_dy_xc / count);
       f[3 * g_.lanes + l] = static_cast<float>(-gamma * rstd * sum_dy / count);
     }
   }
+  int r_;  // 1 with the ReLU's output as input 1, else 0
 };
 
 bool training(const Node& node) {
@@ -320,12 +336,14 @@ std::unique_ptr<Kernel> make_batch_norm_groups(const Node& node, const KernelCon
   return std::make_unique<BatchNormGroups>(node, context, *groups, relu);
 }
 
-std::unique_ptr<Kernel> make_batch_norm_grad_groups(const Node& node,
-                                                    const KernelContext& context) {
-  // dy comes in x's layout or is converted to it.
-  auto groups = channel_groups(node.inputs[1].shape(), context.input_layout(1));
+std::unique_ptr<Kernel> make_batch_norm_grad_groups(const Node& node, const KernelContext& context,
+                                                    bool relu) {
+  // dy (and y) come in x's layout or are converted to it.
+  const int x = relu ? 2 : 1;
+  auto groups =
+      channel_groups(node.inputs[static_cast<size_t>(x)].shape(), context.input_layout(x));
   if (!training(node) || !groups) return nullptr;
-  return std::make_unique<BatchNormGradGroups>(node, context, *groups);
+  return std::make_unique<BatchNormGradGroups>(node, context, *groups, relu);
 }
 
 }  // namespace tower::cpu

@@ -190,10 +190,11 @@ TEST(ModelsTest, ContendedModeKeepsTheBitsOfResnet20) {
 }
 
 // For `make tsan`: contended mode alone (team mode's OpenMP regions look racy to ThreadSanitizer,
-// which does not see libgomp's fork and join), twice, with the same bits each time.
-TEST(ModelsTest, ContendedModeRepeatsItsBits) {
-  TrainingGraph t("lenet", Shape{1, 28, 28}, 64, 10, 3);
-  const Problem p = separable(Shape{1, 28, 28}, 64, 4);
+// which does not see libgomp's fork and join), twice, with the same bits each time: lenet, and
+// ResNet-20 (its batch norms' channel groups as tasks).
+void expect_contended_mode_repeats_its_bits(const std::string& model, const Shape& example) {
+  TrainingGraph t(model, example, 64, 10, 3);
+  const Problem p = separable(example, 64, 4);
   std::vector<std::vector<float>> results[2];
   for (int run = 0; run < 2; ++run) {
     ProgramOptions options{Device{}, 2};
@@ -204,6 +205,12 @@ TEST(ModelsTest, ContendedModeRepeatsItsBits) {
   }
   EXPECT_EQ(results[0], results[1]);
   EXPECT_GT(results[0][0][0], 0.0f) << "the loss";
+}
+TEST(ModelsTest, ContendedModeRepeatsItsBits) {
+  expect_contended_mode_repeats_its_bits("lenet", Shape{1, 28, 28});
+}
+TEST(ModelsTest, ContendedModeRepeatsItsBitsOnResnet20) {
+  expect_contended_mode_repeats_its_bits("resnet20", Shape{3, 32, 32});
 }
 
 // One step of a training graph compiled with and without layout propagation: the fetches and

@@ -418,6 +418,18 @@ TEST(LayoutTest, LrnReadsTheBf16ConvolutionsLayout) {
   }
 }
 
+// The fetches with plain layouts and one kernel per node, against blocked layouts and fusion:
+// within f32 rounding.
+void expect_blocked_and_fused_close_to_plain(const Graph& graph, const std::vector<Value>& fetches,
+                                             VariableStore& variables, Value images,
+                                             const Tensor& input) {
+  auto run = [&](bool propagate) {
+    return run_program(graph, fetches, variables, {Device{}, 2, propagate, propagate}, images,
+                       input);
+  };
+  expect_close(run(false), run(true));
+}
+
 // Max pooling on a channel-blocked input whose channel count (24) is not a multiple of the block:
 // MaxPoolGrad routes dy per lane and leaves the padding lanes alone, as the plain path does.
 TEST(LayoutTest, MaxPoolGradientOnPaddedChannelBlocks) {
@@ -435,12 +447,8 @@ TEST(LayoutTest, MaxPoolGradientOnPaddedChannelBlocks) {
   VariableStore variables;
   variables.initialize(graph, 4);
   const Tensor input = testing::random_tensor(Shape{3, 5, 11, 11}, 9);
-  // Plain and one kernel per node, against blocked and fused (MaxPoolGrad+ReluGrad).
-  auto run = [&](bool propagate) {
-    return run_program(graph, fetches, variables, {Device{}, 2, propagate, propagate}, images,
-                       input);
-  };
-  expect_close(run(false), run(true));
+  // (blocked and fused: MaxPoolGrad+ReluGrad)
+  expect_blocked_and_fused_close_to_plain(graph, fetches, variables, images, input);
 }
 
 // Training batch norm on a convolution's blocked layout runs as loops over channel groups
@@ -469,12 +477,8 @@ TEST(LayoutTest, BatchNormOnChannelGroupsMatchesThePlainKernels) {
     for (Value g : gradients(s, loss, {images, w, gamma, beta})) fetches.push_back(g);
     VariableStore variables;
     variables.initialize(graph, 4);
-    const Tensor input = testing::random_tensor(Shape{6, 3, 7, 9}, 9);
-    auto run = [&](bool propagate) {
-      return run_program(graph, fetches, variables, {Device{}, 2, propagate, propagate}, images,
-                         input);
-    };
-    expect_close(run(false), run(true));
+    expect_blocked_and_fused_close_to_plain(graph, fetches, variables, images,
+                                            testing::random_tensor(Shape{6, 3, 7, 9}, 9));
   }
 }
 

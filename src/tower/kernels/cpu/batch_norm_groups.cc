@@ -107,11 +107,9 @@ TOWER_ALWAYS_INLINE void run_image(const ImageJob& j, int64_t n, int64_t group) 
   const float* const y = j.y;
   F s0{}, s1{};
   // dy, or ReLU's gradient of it (0 where the ReLU's output is not positive)
-  auto masked_dy = [&](int64_t i) {
-    F d;
+  auto masked_dy = [&](int64_t i, F& d) {
     load(d, dy + i);
     if (y != nullptr) d = vload<L>(y + i) > F{} ? d : F{};
-    return d;
   };
   switch (j.kind) {
     case ImageJob::Kind::moments: {
@@ -137,9 +135,16 @@ TOWER_ALWAYS_INLINE void run_image(const ImageJob& j, int64_t n, int64_t group) 
     }
     case ImageJob::Kind::grad_sums: {
       const F mean = vload<L>(j.b);
-      plane_sum(g, at, s0, [&](int64_t i, F& acc) { acc += masked_dy(i); });
-      plane_sum(g, at, s1,
-                [&](int64_t i, F& acc) { acc += masked_dy(i) * (vload<L>(x + i) - mean); });
+      plane_sum(g, at, s0, [&](int64_t i, F& acc) {
+        F d;
+        masked_dy(i, d);
+        acc += d;
+      });
+      plane_sum(g, at, s1, [&](int64_t i, F& acc) {
+        F d;
+        masked_dy(i, d);
+        acc += d * (vload<L>(x + i) - mean);
+      });
       for (int l = 0; l < L; ++l) sums[2 * l] = s0[l], sums[2 * l + 1] = s1[l];
       return;
     }
@@ -147,7 +152,9 @@ TOWER_ALWAYS_INLINE void run_image(const ImageJob& j, int64_t n, int64_t group) 
       const F mean = vload<L>(j.a), k_dy = vload<L>(j.a + L), k_x = vload<L>(j.a + 2 * L),
               k_1 = vload<L>(j.a + 3 * L);
       each_position(g, at, [&](int64_t i) {
-        store(out + i, k_dy * masked_dy(i) + k_x * (vload<L>(x + i) - mean) + k_1);
+        F d;
+        masked_dy(i, d);
+        store(out + i, k_dy * d + k_x * (vload<L>(x + i) - mean) + k_1);
       });
       return;
     }

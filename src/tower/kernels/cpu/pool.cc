@@ -198,64 +198,11 @@ struct PoolPlane {
   ops::AxisPadding ph, pw;
 };
 
-template <bool kRelu>
-TOWER_ALWAYS_INLINE void max_pool_grad_plane_loop(const float* x, const float* dy, float* dx,
-                                                  const PoolPlane& p) {
-  const ops::PoolAttrs& a = p.attrs;
-  // The plane's dx (its padding lanes too) is contiguous in every layout here: zeroed while it
-  // is about to be in cache anyway.
-  std::memset(dx, 0, sizeof(float) * static_cast<size_t>(p.height * p.width * p.block));
-  int64_t offsets[64];
-  std::vector<int64_t> more;
-  int64_t* o = offsets;
-  if (a.ksize[0] * a.ksize[1] > 64) {
-    more.resize(static_cast<size_t>(a.ksize[0] * a.ksize[1]));
-    o = more.data();
-  }
-  const int64_t below = a.strides[0] * p.xs[2];
-  for (int64_t oh = 0; oh < p.out_height; ++oh) {
-    const int64_t h0 = std::max<int64_t>(oh * a.strides[0] - p.ph.before, 0);
-    const int64_t h1 = std::min(oh * a.strides[0] - p.ph.before + a.ksize[0], p.height);
-    for (int64_t ow = 0; ow < p.out_width; ++ow) {
-      const int64_t w0 = std::max<int64_t>(ow * a.strides[1] - p.pw.before, 0);
-      const int64_t w1 = std::min(ow * a.strides[1] - p.pw.before + a.ksize[1], p.width);
-      const float* g = dy + oh * p.ds[2] + ow * p.ds[3];
-      if (h0 >= h1 || w0 >= w1) continue;
-      // Offsets of the window's positions, in row-major order.
-      int32_t positions = 0;
-      for (int64_t h = h0; h < h1; ++h)
-        for (int64_t w = w0; w < w1; ++w) o[positions++] = h * p.xs[2] + w * p.xs[3];
-      // x was written long before (forward): fetch the window one output row down while this
-      // one is computed, or every new row of x costs a wait on memory.
-      if (h1 - 1 + a.strides[0] < p.height)  // rows of this plane only
-        for (int32_t k = 0; k < positions; ++k) __builtin_prefetch(x + o[k] + below);
-      int64_t l0 = 0;
-      if (p.lanes == 8) {
-        argmax_lanes<8, kRelu>(x, o, positions, g, dx);
-        l0 = 8;
-      }
-      for (; l0 + 16 <= p.lanes; l0 += 16)
-        argmax_lanes<16, kRelu>(x + l0, o, positions, g + l0, dx + l0);
-      for (; l0 < p.lanes; ++l0) argmax_lane<kRelu>(x + l0, o, positions, g + l0, dx + l0);
-    }
-  }
-}
-
-// One plane of `lanes` channels of one image (x, dy and dx point at its start).
-TOWER_ALWAYS_INLINE void max_pool_grad_plane_body(const float* x, const float* dy, float* dx,
-                                                  const PoolPlane& p, bool relu) {
-  if (relu)
-    max_pool_grad_plane_loop<true>(x, dy, dx, p);
-  else
-    max_pool_grad_plane_loop<false>(x, dy, dx, p);
-}
-TOWER_CPU_VARIANTS(max_pool_grad_plane,
-                   (const float* x, const float* dy, float* dx, const PoolPlane& p, bool relu),
-                   (x, dy, dx, p, relu))
-
-// One plane of `lanes` channels of one image: y (its start, the pooled side) the window's largest
-// x. Windows inside x (most) take their positions' offsets from the first, computed once.
-TOWER_ALWAYS_INLINE void max_pool_plane_body(const float* x, float* y, const PoolPlane& p) {
+// Calls f(at, offsets, positions, oh, ow, h1) for every window of the plane that holds a
+// position: at + offsets[k] (k < positions) are its positions in x, in row-major order, and h1 is
+// the row after its last. Windows inside x (most) take their offsets from the first, computed once.
+template <typename Fn>
+TOWER_ALWAYS_INLINE void each_window(const PoolPlane& p, const Fn& f) {
   const ops::PoolAttrs& a = p.attrs;
   int64_t inside[64], clipped[64];
   std::vector<int64_t> more;
@@ -275,27 +222,74 @@ TOWER_ALWAYS_INLINE void max_pool_plane_body(const float* x, float* y, const Poo
     for (int64_t ow = 0; ow < p.out_width; ++ow) {
       const int64_t left = ow * a.strides[1] - p.pw.before;
       const int64_t w0 = std::max<int64_t>(left, 0), w1 = std::min(left + a.ksize[1], p.width);
-      if (h0 >= h1 || w0 >= w1) continue;  // (no window is empty: the padding is smaller)
-      int32_t positions = static_cast<int32_t>(window);
-      const int64_t* offsets = whole;
-      const float* base = x + h0 * p.xs[2] + w0 * p.xs[3];
-      if (h1 - h0 != a.ksize[0] || w1 - w0 != a.ksize[1]) {
-        positions = 0;
-        for (int64_t h = h0; h < h1; ++h)
-          for (int64_t w = w0; w < w1; ++w)
-            o[positions++] = (h - h0) * p.xs[2] + (w - w0) * p.xs[3];
-        offsets = o;
+      if (h0 >= h1 || w0 >= w1) continue;
+      if (h1 - h0 == a.ksize[0] && w1 - w0 == a.ksize[1]) {
+        f(h0 * p.xs[2] + w0 * p.xs[3], whole, static_cast<int32_t>(window), oh, ow, h1);
+        continue;
       }
-      float* out = y + oh * p.ds[2] + ow * p.ds[3];
-      int64_t l0 = 0;
-      if (p.lanes == 8) {
-        max_lanes<8>(base, offsets, positions, out);
-        l0 = 8;
-      }
-      for (; l0 + 16 <= p.lanes; l0 += 16) max_lanes<16>(base + l0, offsets, positions, out + l0);
-      for (; l0 < p.lanes; ++l0) max_lane(base + l0, offsets, positions, out + l0);
+      int32_t positions = 0;
+      for (int64_t h = h0; h < h1; ++h)
+        for (int64_t w = w0; w < w1; ++w) o[positions++] = h * p.xs[2] + w * p.xs[3];
+      f(0, o, positions, oh, ow, h1);
     }
   }
+}
+
+template <bool kRelu>
+TOWER_ALWAYS_INLINE void max_pool_grad_plane_loop(const float* x, const float* dy, float* dx,
+                                                  const PoolPlane& p) {
+  const ops::PoolAttrs& a = p.attrs;
+  // The plane's dx (its padding lanes too) is contiguous in every layout here: zeroed while it
+  // is about to be in cache anyway.
+  std::memset(dx, 0, sizeof(float) * static_cast<size_t>(p.height * p.width * p.block));
+  const int64_t below = a.strides[0] * p.xs[2];
+  each_window(
+      p, [&](int64_t at, const int64_t* o, int32_t positions, int64_t oh, int64_t ow, int64_t h1) {
+        const float* g = dy + oh * p.ds[2] + ow * p.ds[3];
+        const float* xw = x + at;
+        float* dxw = dx + at;
+        // x was written long before (forward): fetch the window one output row down while this
+        // one is computed, or every new row of x costs a wait on memory.
+        if (h1 - 1 + a.strides[0] < p.height)  // rows of this plane only
+          for (int32_t k = 0; k < positions; ++k) __builtin_prefetch(xw + o[k] + below);
+        int64_t l0 = 0;
+        if (p.lanes == 8) {
+          argmax_lanes<8, kRelu>(xw, o, positions, g, dxw);
+          l0 = 8;
+        }
+        for (; l0 + 16 <= p.lanes; l0 += 16)
+          argmax_lanes<16, kRelu>(xw + l0, o, positions, g + l0, dxw + l0);
+        for (; l0 < p.lanes; ++l0) argmax_lane<kRelu>(xw + l0, o, positions, g + l0, dxw + l0);
+      });
+}
+
+// One plane of `lanes` channels of one image (x, dy and dx point at its start).
+TOWER_ALWAYS_INLINE void max_pool_grad_plane_body(const float* x, const float* dy, float* dx,
+                                                  const PoolPlane& p, bool relu) {
+  if (relu)
+    max_pool_grad_plane_loop<true>(x, dy, dx, p);
+  else
+    max_pool_grad_plane_loop<false>(x, dy, dx, p);
+}
+TOWER_CPU_VARIANTS(max_pool_grad_plane,
+                   (const float* x, const float* dy, float* dx, const PoolPlane& p, bool relu),
+                   (x, dy, dx, p, relu))
+
+// One plane of `lanes` channels of one image: y (its start, the pooled side) the window's largest
+// x.
+TOWER_ALWAYS_INLINE void max_pool_plane_body(const float* x, float* y, const PoolPlane& p) {
+  each_window(p, [&](int64_t at, const int64_t* offsets, int32_t positions, int64_t oh, int64_t ow,
+                     int64_t) {
+    const float* base = x + at;
+    float* out = y + oh * p.ds[2] + ow * p.ds[3];
+    int64_t l0 = 0;
+    if (p.lanes == 8) {
+      max_lanes<8>(base, offsets, positions, out);
+      l0 = 8;
+    }
+    for (; l0 + 16 <= p.lanes; l0 += 16) max_lanes<16>(base + l0, offsets, positions, out + l0);
+    for (; l0 < p.lanes; ++l0) max_lane(base + l0, offsets, positions, out + l0);
+  });
 }
 TOWER_CPU_VARIANTS(max_pool_plane, (const float* x, float* y, const PoolPlane& p), (x, y, p))
 

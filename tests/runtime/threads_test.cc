@@ -3,6 +3,8 @@
 // with its own (a 1-thread tower once ran its convolutions on every core).
 #include <gtest/gtest.h>
 
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "tower/core/denormals.h"
@@ -28,15 +30,24 @@ KernelRegistrar probe_kernel{"ThreadsProbe", DeviceKind::cpu,
                                })(node, context);
                              }};
 
+// A program of one probe node (op `op`, on an x of 4 floats) for a team of `threads`.
+struct ProbeProgram {
+  Graph graph;
+  VariableStore variables;
+  std::unique_ptr<Program> program;
+  ProbeProgram(const std::string& op, int threads) {
+    Scope scope(graph);
+    Value y = scope.op(op, {scope.placeholder("x", Shape{4})});
+    program = std::make_unique<Program>(graph, std::vector<Value>{y}, variables,
+                                        ProgramOptions{Device{}, threads});
+  }
+};
+
 TEST(KernelThreadsTest, ProgramsBuildAndRunKernelsWithTheirOwnTeam) {
   KernelThreadsScope caller(3);  // the building thread's own team
   for (int threads : {1, 2}) {
-    Graph graph;
-    Scope scope(graph);
-    Value x = scope.placeholder("x", Shape{4});
-    Value y = scope.op("ThreadsProbe", {x});
-    VariableStore variables;
-    Program program(graph, {y}, variables, {Device{}, threads});
+    ProbeProgram probe("ThreadsProbe", threads);
+    Program& program = *probe.program;
     EXPECT_EQ(threads_at_creation, threads);
     EXPECT_EQ(kernel_threads(), 3) << "the building thread keeps its team";
     program.run();
@@ -66,13 +77,8 @@ OpRegistrar denormals_probe_op{{"DenormalsProbe", [](const Node& node) {
 TEST(KernelThreadsTest, KernelsRunWithSubnormalsAsZeroOnEveryMember) {
   ASSERT_FALSE(denormals_are_zero()) << "the test thread starts in the default mode";
   for (int threads : {1, 2, 3}) {
-    Graph graph;
-    Scope scope(graph);
-    Value x = scope.placeholder("x", Shape{4});
-    Value y = scope.op("DenormalsProbe", {x});
-    VariableStore variables;
-    Program program(graph, {y}, variables, {Device{}, threads});
-    program.run();
+    ProbeProgram probe("DenormalsProbe", threads);
+    probe.program->run();
     ASSERT_EQ(members_zero_denormals.size(), static_cast<size_t>(threads));
     for (int m = 0; m < threads; ++m)
       EXPECT_TRUE(members_zero_denormals[static_cast<size_t>(m)])

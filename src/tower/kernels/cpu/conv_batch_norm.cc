@@ -9,6 +9,9 @@
 // Inputs (x, w, gamma, beta, mean, variance[, the Add's other input]). Outputs: y; with no node
 // after the batch norm, FusedBatchNorm's (y, mean, variance), the statistics used copied as that
 // kernel does.
+#include <omp.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -26,6 +29,7 @@ class ConvBatchNormKernel final : public Kernel {
       : node_(node),
         epsilon_(node.attr<ops::ConvBatchNormAttrs>().batch_norm.epsilon),
         add_(add),
+        team_(std::max(context.num_threads, 1)),
         inner_node_(node) {
     inner_node_.inputs = {node.inputs[0], node.inputs[1], node.inputs[2]};  // the bias: (O)
     inner_node_.outputs = {node.outputs[0]};
@@ -85,7 +89,7 @@ class ConvBatchNormKernel final : public Kernel {
   void run(const KernelIO& io) override {
     fold(io);
     execute(node_, reorder_, reorder_args_);
-    if (add_) std::memcpy(io.outputs[0].raw_data(), io.inputs[6].raw_data(), output_bytes_);
+    if (add_) copy_residual(io);
     inner_io_.step = io.step;
     inner_->run(inner_io_);
     if (io.outputs.size() == 3) {  // the statistics used, for FusedBatchNormGrad
@@ -95,6 +99,21 @@ class ConvBatchNormKernel final : public Kernel {
   }
 
  private:
+  // The residual into the output, for the sum post-op, by the whole team: alone, one thread's copy
+  // of ResNet-20's first-stage residual (8 MB at batch 128) took about a millisecond while the
+  // rest of the team waited.
+  void copy_residual(const KernelIO& io) const {
+    const auto* from = static_cast<const char*>(io.inputs[6].raw_data());
+    auto* to = static_cast<char*>(io.outputs[0].raw_data());
+    constexpr size_t kBlock = size_t{1} << 16;
+    const auto blocks = static_cast<int64_t>((output_bytes_ + kBlock - 1) / kBlock);
+#pragma omp parallel for num_threads(team_) schedule(static) if (team_ > 1 && blocks > 1)
+    for (int64_t b = 0; b < blocks; ++b) {
+      const size_t begin = static_cast<size_t>(b) * kBlock;
+      std::memcpy(to + begin, from + begin, std::min(kBlock, output_bytes_ - begin));
+    }
+  }
+
   void fold(const KernelIO& io) {
     const float* w = io.inputs[1].data<float>();
     const float* gamma = io.inputs[2].data<float>();
@@ -114,6 +133,7 @@ class ConvBatchNormKernel final : public Kernel {
   const Node& node_;
   double epsilon_;
   bool add_;
+  int team_;
   size_t output_bytes_ = 0;
   Node inner_node_;  // Conv2D+BiasAdd[+Relu] on (x, w', b')
   std::unique_ptr<Kernel> inner_;

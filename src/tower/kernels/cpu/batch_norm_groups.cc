@@ -185,28 +185,31 @@ class GroupKernel : public Kernel {
     return align64(static_cast<size_t>(g_.images * g_.channels * 2) * sizeof(double)) +
            static_cast<size_t>(g_.channels * 4) * sizeof(float);
   }
+  // The jobs of both phases, once: the buffers are fixed from here on.
+  void bind(const KernelIO& io) override {
+    jobs_.clear();
+    for (int first = 1; first >= 0; --first)
+      for (int64_t group = 0; group < g_.groups(); ++group)
+        jobs_.push_back(job(io, first == 1, group));
+  }
   Tasks tasks() const override { return Tasks::split(static_cast<int>(g_.groups())); }
   void run_task(const KernelIO& io, int group, int) override {
-    for (int64_t n = 0; n < g_.images; ++n) bn_image(job(io, true, group), n, group);
+    for (int64_t n = 0; n < g_.images; ++n) bn_image(sums_job(group), n, group);
     merge(io, group);
     // (the writing pass backwards: the last images' data is still in cache)
-    for (int64_t n = g_.images - 1; n >= 0; --n) bn_image(job(io, false, group), n, group);
+    for (int64_t n = g_.images - 1; n >= 0; --n) bn_image(writing_job(group), n, group);
   }
   void run(const KernelIO& io) override {
     const int64_t groups = g_.groups(), pairs = g_.images * groups;
-    std::vector<ImageJob> jobs;  // [phase][group]
-    for (int first = 1; first >= 0; --first)
-      for (int64_t group = 0; group < groups; ++group) jobs.push_back(job(io, first == 1, group));
 #pragma omp parallel num_threads(team_) if (team_ > 1)
     {
 #pragma omp for schedule(static)
-      for (int64_t p = 0; p < pairs; ++p)
-        bn_image(jobs[static_cast<size_t>(p % groups)], p / groups, p % groups);
+      for (int64_t p = 0; p < pairs; ++p) bn_image(sums_job(p % groups), p / groups, p % groups);
 #pragma omp for schedule(static)
       for (int64_t group = 0; group < groups; ++group) merge(io, group);
 #pragma omp for schedule(static)
       for (int64_t p = pairs - 1; p >= 0; --p)
-        bn_image(jobs[static_cast<size_t>(groups + p % groups)], p / groups, p % groups);
+        bn_image(writing_job(p % groups), p / groups, p % groups);
     }
   }
 
@@ -228,6 +231,13 @@ class GroupKernel : public Kernel {
   Layout layout_;  // x's (and y's, dy's, dx's)
   int team_;
   float epsilon_;
+
+ private:
+  const ImageJob& sums_job(int64_t group) const { return jobs_[static_cast<size_t>(group)]; }
+  const ImageJob& writing_job(int64_t group) const {
+    return jobs_[static_cast<size_t>(g_.groups() + group)];
+  }
+  std::vector<ImageJob> jobs_;  // [sums, writing][group], from bind()
 };
 
 // Inputs (x, gamma, beta, moving_mean, moving_var) -> (y, mean, variance).

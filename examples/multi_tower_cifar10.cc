@@ -10,7 +10,7 @@
 //       tf.get_variable_scope().reuse_variables()
 //       grads = opt.compute_gradients(loss) -> gradients of each tower's loss
 //   grads = average_gradients(tower_grads)  -> the GradientReducer (central or allreduce)
-//   opt.apply_gradients(grads, global_step)  -> DataParallelOptimizer: one update per replica
+//   opt.apply_gradients(grads, global_step)  -> DataParallelOptimizer: every replica
 //   variable_averages.apply(...)            -> ExponentialMovingAverage
 //   saver.save(...)                         -> checkpoint_save (safetensors + JSON state)
 //
@@ -41,8 +41,10 @@ int main(int argc, char** argv) try {
   // distorted_inputs(): random crop 24x24, flip, brightness, contrast, standardization.
   auto train_set = std::make_shared<const Dataset>(
       open_dataset(parse_dataset_spec(std::string("cifar10:") + argv[1]), Split::train));
-  InputPipeline inputs(train_set, {.batch_size = batch_per_tower * num_towers, .seed = 1,
-                                   .num_workers = 2, .transform = cifar10_train_transform()});
+  InputPipeline inputs(train_set, {.batch_size = batch_per_tower * num_towers,
+                                   .seed = 1,
+                                   .num_workers = 2,
+                                   .transform = cifar10_train_transform()});
 
   // tower_loss(): the model's logits, cross-entropy and the weight-decay terms of this tower.
   TowerFn tower_loss = [](const Scope& scope, Value images, Value labels) {
@@ -72,7 +74,8 @@ int main(int argc, char** argv) try {
     StepResult result = towers.step(batch.images, batch.labels, static_cast<uint64_t>(step));
     optimizer.apply(lr->lr(step), step);
     ema.update(step + 1);
-    if (step % 100 == 0) std::printf("step %lld, loss = %.2f\n", static_cast<long long>(step), result.loss);
+    if (step % 100 == 0)
+      std::printf("step %lld, loss = %.2f\n", static_cast<long long>(step), result.loss);
   }
   std::vector<std::pair<std::string, const Tensor*>> tensors = averaged;
   for (auto& [name, shadow] : ema.shadows()) tensors.push_back({name, shadow});

@@ -170,12 +170,11 @@ Measured bench_train(const Flags& flags, const ModelDef& model, const DevicePlan
   const OptimizerConfig optimizer_config{.name = flags.optimizer};
   validate(optimizer_config);
   DataParallelOptimizer optimizer(dp, optimizer_config);
-  ThreadPool update_pool(dp.num_replicas() - 1);
   int64_t step = 0;
   std::vector<ReduceTrace> traces;
   auto train_step = [&] {
     dp.step(images, labels, static_cast<uint64_t>(step));
-    optimizer.apply(0.01f, step, 0, &update_pool);
+    optimizer.apply(0.01f, step);
     traces.push_back(dp.reducer().trace());
     ++step;
   };

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstring>
@@ -333,6 +334,33 @@ TEST(EventWriterTest, TensorBoardReadsOurFile) {
   EXPECT_EQ(mask["width"], 2);
   EXPECT_EQ(mask["png_color"], 0);
   EXPECT_EQ(mask["pixels"].get<std::vector<int>>(), std::vector<int>({0, 64, 128, 255}));
+}
+
+// The bucket found without a search is std::upper_bound's, at every limit, on both sides of each
+// (as doubles and as the floats next to them), at zeros, subnormals, the largest floats and
+// values spread over every exponent.
+TEST(EventWriterTest, HistogramBucketIsTheUpperBoundOfTheLimits) {
+  const std::vector<double>& limits = histogram_bucket_limits();
+  std::vector<double> xs = {0.0, -0.0, 1e-45, -1e-45, 1e-40, FLT_MAX, -FLT_MAX, 1e30, -1e30};
+  for (double l : limits) {
+    if (std::abs(l) == DBL_MAX) continue;
+    const float f = static_cast<float>(l);
+    for (double x : {l, std::nextafter(l, -DBL_MAX), std::nextafter(l, DBL_MAX),
+                     static_cast<double>(f), static_cast<double>(std::nextafter(f, -FLT_MAX)),
+                     static_cast<double>(std::nextafter(f, FLT_MAX))})
+      xs.push_back(x);
+  }
+  for (int e = -150; e <= 128; ++e)
+    for (float m : {1.0f, 1.3f, 1.77f, 1.9999f}) {
+      xs.push_back(std::ldexp(m, e));
+      xs.push_back(-std::ldexp(m, e));
+    }
+  for (double x : xs) {
+    if (!std::isfinite(x)) continue;
+    const size_t expected =
+        static_cast<size_t>(std::upper_bound(limits.begin(), limits.end(), x) - limits.begin());
+    ASSERT_EQ(histogram_bucket(x), expected) << x;
+  }
 }
 
 }  // namespace

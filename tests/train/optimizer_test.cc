@@ -313,7 +313,54 @@ TEST(DataParallelOptimizerTest, UpdatesEveryReplica) {
     ASSERT_TRUE(dp->replicas_identical()) << "step " << step;
   }
   EXPECT_LT(last, 0.5f * first);
-  EXPECT_EQ(optimizer.replica_optimizer(1).slots().size(), optimizer.params().size());
+  EXPECT_EQ(optimizer.optimizer().slots().size(), optimizer.params().size());
+}
+
+// The update runs once, on replica 0, its blocks shared out over the towers' two threads with the
+// moving average in the same pass, and is copied to replica 1: the bits of an optimizer of its own
+// on each replica followed by the moving average (fc2's 32,768 weights are four blocks).
+TEST(DataParallelOptimizerTest, GivesTheBitsOfAnOptimizerOnEachReplica) {
+  for (const std::string name : {"sgd", "momentum", "adam"}) {
+    SCOPED_TRACE(name);
+    Tensor images, labels;
+    auto dp = two_towers(images, labels);
+    DataParallelOptimizer optimizer(*dp, config(name));
+    auto own = make_optimizer(config(name));
+    std::vector<Tensor> values;  // what one replica updating by itself holds
+    std::vector<Param> own_params;
+    for (const Param& p : optimizer.params()) values.push_back(p.value->clone());
+    for (size_t k = 0; k < values.size(); ++k)
+      own_params.push_back({optimizer.params()[k].name, &values[k], optimizer.params()[k].grad});
+    ExponentialMovingAverage average(0.9f), own_average(0.9f);
+    std::vector<std::pair<std::string, const Tensor*>> averaged, own_averaged;
+    for (size_t k = 0; k < values.size(); ++k) {
+      averaged.push_back({own_params[k].name, optimizer.params()[k].value});
+      own_averaged.push_back({own_params[k].name, &values[k]});
+    }
+    average.init(averaged);
+    own_average.init(own_averaged);
+    for (int step = 0; step < 3; ++step) {
+      dp->step(images, labels, static_cast<uint64_t>(step));
+      own->apply(own_params, 0.05f, step);
+      own_average.update(step + 1);
+      const float one_minus_decay = 1.0f - average.decay_at(step + 1);
+      optimizer.apply(0.05f, step, 0, [&](size_t k, int64_t begin, int64_t end) {
+        average.update_range(k, begin, end, one_minus_decay);
+      });
+      for (size_t k = 0; k < values.size(); ++k) {
+        const std::string& v = own_params[k].name;
+        for (int r = 0; r < 2; ++r)
+          ASSERT_EQ(std::memcmp(dp->replica(r).get(v).raw_data(), values[k].raw_data(),
+                                values[k].nbytes()),
+                    0)
+              << v << " on replica " << r << " at step " << step;
+        ASSERT_EQ(std::memcmp(average.shadow(v).raw_data(), own_average.shadow(v).raw_data(),
+                              values[k].nbytes()),
+                  0)
+            << v << " at step " << step;
+      }
+    }
+  }
 }
 
 // An update in pieces (start_step, then update over blocks in any order, each averaged right

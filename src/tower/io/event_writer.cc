@@ -82,12 +82,60 @@ std::string event_with_value(const ProtoWriter& value, int64_t step) {
   return event.bytes();
 }
 
-// TensorFlow's default histogram bucket limits: 0, ±1e-12 · 1.1^k up to 1e20, and ±DBL_MAX.
-const std::vector<double>& default_bucket_limits() {
+std::string open_failure(const std::string& path) {
+  return fmt::format("cannot create TensorBoard event file '{}': {}", path, std::strerror(errno));
+}
+
+// The positive limits in increasing order, and where a positive value falls among them without a
+// search. Positive doubles order as their bit patterns, and the slices of values sharing their top
+// 16 bits (exponent and 4 bits of mantissa) span a ratio of at most 1 + 1/16 < 1.1, so at most one
+// limit lies inside a slice: below[slice] counts the limits under the slice's start (for a slice
+// past the last finite limit, all of those), and one comparison finishes.
+class PositiveLimits {
+ public:
+  PositiveLimits() {
+    for (double v = 1e-12; v < 1e20; v *= 1.1) limits_.push_back(v);
+    limits_.push_back(DBL_MAX);
+    first_ = slice(limits_.front());
+    for (uint64_t s = first_; s <= slice(limits_[limits_.size() - 2]) + 1; ++s) {
+      const double start = std::bit_cast<double>(s << kShift);
+      below_.push_back(static_cast<uint16_t>(
+          std::lower_bound(limits_.begin(), limits_.end(), start) - limits_.begin()));
+    }
+  }
+  const std::vector<double>& limits() const { return limits_; }
+  // upper_bound(histogram_bucket_limits(), x): the negative limits are these mirrored, then 0.
+  size_t bucket(double x) const {
+    const size_t n = limits_.size();
+    if (x > 0) return n + 1 + count_below(x, true);
+    if (x < 0) return n - count_below(-x, false);
+    return n + 1;
+  }
+
+ private:
+  // How many limits are below `a` (> 0), or at most `a` when `or_equal`.
+  size_t count_below(double a, bool or_equal) const {
+    const uint64_t s = slice(a);
+    const size_t k = s < first_ ? 0 : below_[std::min<size_t>(s - first_, below_.size() - 1)];
+    return k + static_cast<size_t>(limits_[k] < a || (or_equal && limits_[k] == a));
+  }
+  static constexpr int kShift = 48;
+  static uint64_t slice(double a) { return std::bit_cast<uint64_t>(a) >> kShift; }
+  std::vector<double> limits_;
+  std::vector<uint16_t> below_;
+  uint64_t first_ = 0;
+};
+
+const PositiveLimits& positive_limits() {
+  static const PositiveLimits limits;
+  return limits;
+}
+
+}  // namespace
+
+const std::vector<double>& histogram_bucket_limits() {
   static const std::vector<double> limits = [] {
-    std::vector<double> positive;
-    for (double v = 1e-12; v < 1e20; v *= 1.1) positive.push_back(v);
-    positive.push_back(DBL_MAX);
+    const std::vector<double>& positive = positive_limits().limits();
     std::vector<double> all;
     for (auto it = positive.rbegin(); it != positive.rend(); ++it) all.push_back(-*it);
     all.push_back(0.0);
@@ -97,11 +145,7 @@ const std::vector<double>& default_bucket_limits() {
   return limits;
 }
 
-std::string open_failure(const std::string& path) {
-  return fmt::format("cannot create TensorBoard event file '{}': {}", path, std::strerror(errno));
-}
-
-}  // namespace
+size_t histogram_bucket(double x) { return positive_limits().bucket(x); }
 
 EventWriter::EventWriter(const std::string& dir) {
   std::error_code ec;
@@ -145,16 +189,15 @@ void EventWriter::add_scalar(const std::string& tag, float value, int64_t step) 
 
 void EventWriter::add_histogram(const std::string& tag, const float* values, size_t n,
                                 int64_t step) {
-  const std::vector<double>& limits = default_bucket_limits();
+  const std::vector<double>& limits = histogram_bucket_limits();
+  const PositiveLimits& positive = positive_limits();
   std::vector<double> counts(limits.size(), 0.0);
   double min = DBL_MAX, max = -DBL_MAX, num = 0, sum = 0, sum_squares = 0;
   for (size_t i = 0; i < n; ++i) {
     const double x = values[i];
     if (!std::isfinite(x)) continue;
     // Bucket i holds [limits[i-1], limits[i]).
-    size_t b =
-        static_cast<size_t>(std::upper_bound(limits.begin(), limits.end(), x) - limits.begin());
-    counts[std::min(b, limits.size() - 1)] += 1;
+    counts[std::min(positive.bucket(x), limits.size() - 1)] += 1;
     min = std::min(min, x);
     max = std::max(max, x);
     num += 1;

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <vector>
 
 namespace tower {
 
@@ -41,5 +42,11 @@ class EventWriter {
   std::FILE* file_ = nullptr;
   std::mutex mutex_;  // hooks may write summaries from more than one thread
 };
+
+// TensorFlow's default histogram bucket limits: 0, ±1e-12 · 1.1^k up to 1e20, and ±DBL_MAX.
+const std::vector<double>& histogram_bucket_limits();
+// The bucket of a finite x among them: the index of the first limit above x (std::upper_bound),
+// found without a search.
+size_t histogram_bucket(double x);
 
 }  // namespace tower

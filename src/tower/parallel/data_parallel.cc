@@ -377,6 +377,12 @@ DataParallel::~DataParallel() {
   }
 }
 
+int DataParallel::num_threads() const {
+  int threads = 0;
+  for (const Tower& t : towers_) threads += t.threads;
+  return threads;
+}
+
 int64_t DataParallel::tower_batch(int tower) const {
   return towers_.at(static_cast<size_t>(tower)).batch;
 }

@@ -2,7 +2,7 @@
 // scope "tower_<i>", all towers sharing one set of variables (created by tower 0, reused by the
 // others). Each step every tower runs forward + backward on its slice of the global batch on its
 // own thread, the GradientReducer averages the gradients (weighted by examples), and the trainer
-// applies one optimizer update per replica.
+// updates every replica (DataParallelOptimizer).
 #pragma once
 
 #include <functional>
@@ -68,6 +68,8 @@ class DataParallel {
   ~DataParallel();
 
   int num_towers() const { return static_cast<int>(towers_.size()); }
+  // The threads of this process's towers together: the cores they take.
+  int num_threads() const;
   int64_t tower_batch(int tower) const;
   // images: (B, ...) f32, labels: (B,) i32 with B the global batch. The loss and metrics are
   // averaged over all ranks.

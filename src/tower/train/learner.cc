@@ -10,15 +10,14 @@ Learner::Learner(std::unique_ptr<DataParallel> towers, const OptimizerConfig& op
       optimizer_(std::make_unique<DataParallelOptimizer>(*towers_, optimizer)),
       schedule_(parse_lr_schedule(options.lr_schedule, options.lr, options.steps_per_epoch,
                                   options.total_steps, warning)),
-      clip_norm_(options.clip_norm),
-      update_pool_(towers_->num_replicas() - 1) {
+      clip_norm_(options.clip_norm) {
   if (options.ema_decay > 0) {
     ema_ = std::make_unique<ExponentialMovingAverage>(options.ema_decay);
     std::vector<std::pair<std::string, const Tensor*>> vars;
     for (const auto& v : towers_->trainable())
       vars.push_back({v.name, &towers_->replica(0).get(v.name)});
     ema_->init(vars);
-    for (const Param& param : optimizer_->params(0))
+    for (const Param& param : optimizer_->params())
       ema_index_.push_back(ema_->index_of(param.name));
   }
 }
@@ -26,11 +25,10 @@ Learner::Learner(std::unique_ptr<DataParallel> towers, const OptimizerConfig& op
 std::vector<std::pair<std::string, Tensor*>> Learner::state_tensors(Replicas replicas) {
   std::vector<std::pair<std::string, Tensor*>> all;
   const int n = replicas == Replicas::all ? towers_->num_replicas() : 1;
-  for (int r = 0; r < n; ++r) {
+  for (int r = 0; r < n; ++r)
     for (const std::string& name : towers_->replica(r).names())
       all.push_back({name, &towers_->replica(r).get(name)});
-    for (auto& slot : optimizer_->replica_optimizer(r).slots()) all.push_back(slot);
-  }
+  for (auto& slot : optimizer_->optimizer().slots()) all.push_back(slot);
   if (ema_)
     for (auto& shadow : ema_->shadows()) all.push_back(shadow);
   return all;
@@ -59,7 +57,7 @@ float Learner::update(int64_t step) {
       ema_->update_range(ema_index_[param], begin, end, one_minus_decay);
     };
   }
-  optimizer_->apply(lr, step, clip_norm_, &update_pool_, average);
+  optimizer_->apply(lr, step, clip_norm_, average);
 #ifndef NDEBUG
   TOWER_CHECK_MSG(towers_->replicas_identical(), "replicas diverged at step {}", step);
 #endif

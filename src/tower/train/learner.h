@@ -1,5 +1,5 @@
 // The part of a training run that the steps change and a checkpoint keeps: the towers (every
-// replica of the variables), one optimizer per replica, the moving average of the weights, and
+// replica of the variables), the optimizer, the moving average of the weights, and
 // the learning-rate schedule that drives the updates. train() runs one; so may a program of its
 // own (see examples/).
 #pragma once
@@ -34,15 +34,15 @@ class Learner {
 
   DataParallel& towers() { return *towers_; }
   const DataParallel& towers() const { return *towers_; }
-  // Every tensor of the training state, named as in checkpoints: each variable, each optimizer
-  // slot and each moving average; of every replica, or of replica 0 alone (what is saved, since
-  // the replicas are equal bit for bit).
+  // Every tensor of the training state, named as in checkpoints: each variable (of every replica,
+  // or of replica 0 alone: what is saved, since the replicas are equal bit for bit), each
+  // optimizer slot and each moving average.
   enum class Replicas { all, first };
   std::vector<std::pair<std::string, Tensor*>> state_tensors(Replicas replicas);
   // Copies a checkpoint's tensors into every replica; a missing tensor or another shape is an
   // error naming the checkpoint.
   void restore(const CheckpointData& checkpoint);
-  // The update of step `step` on every replica (the replicas side by side), with the moving
+  // The update of step `step` on every replica (DataParallelOptimizer), with the moving
   // average of each block of a variable right after the optimizer wrote it, while it is in cache
   // (average number step + 1). Returns the learning rate it used.
   float update(int64_t step);
@@ -57,7 +57,6 @@ class Learner {
   std::unique_ptr<ExponentialMovingAverage> ema_;
   std::vector<size_t> ema_index_;  // per optimizer param (replica 0): its moving average
   float clip_norm_ = 0;
-  ThreadPool update_pool_;  // the replicas but the first
 };
 
 }  // namespace tower

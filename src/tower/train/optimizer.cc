@@ -1,10 +1,14 @@
 #include "tower/train/optimizer.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <optional>
+#include <thread>
 
 #include "tower/core/denormals.h"
 #include "tower/core/thread_pool.h"
+#include "tower/core/trace.h"
 #include "tower/parallel/data_parallel.h"
 #include "tower/train/clip.h"
 
@@ -97,44 +101,56 @@ std::vector<std::pair<std::string, Tensor*>> SlotSet::named() {
 }
 
 }  // namespace detail
-DataParallelOptimizer::DataParallelOptimizer(DataParallel& dp, const OptimizerConfig& config) {
-  for (int r = 0; r < dp.num_replicas(); ++r) {
-    params_.push_back(replica_params(dp, r));
-    optimizers_.push_back(make_optimizer(config));
-    optimizers_.back()->init(params_.back());
-  }
-}
-
 void Optimizer::apply(const std::vector<Param>& params, float lr, int64_t step) {
   start_step(params, lr, step);
   for (size_t k = 0; k < params.size(); ++k) update(k, 0, params[k].value->numel());
 }
 
-void DataParallelOptimizer::apply(float lr, int64_t step, float clip_norm, ThreadPool* pool,
-                                  const RangeFn& after_range) {
-  // Blocks of 32 KB per tensor: the variable, its gradient and slots, and a shadow stay in L2.
+DataParallelOptimizer::DataParallelOptimizer(DataParallel& dp, const OptimizerConfig& config)
+    : params_(replica_params(dp, 0)), optimizer_(make_optimizer(config)) {
+  optimizer_->init(params_);
+  // Blocks of 32 KB per tensor: the variable, its gradient and slots, a moving average and the
+  // copies stay in L2.
   constexpr int64_t kBlock = 8192;
+  for (size_t k = 0; k < params_.size(); ++k) {
+    mirrors_.emplace_back();
+    for (int r = 1; r < dp.num_replicas(); ++r)
+      mirrors_.back().push_back(&dp.replica(r).get(params_[k].name));
+    for (int64_t b = 0, n = params_[k].value->numel(); b < n; b += kBlock)
+      blocks_.push_back({k, b, std::min(b + kBlock, n)});
+  }
+  pool_ = std::make_unique<ThreadPool>(std::max(dp.num_threads() - 1, 0));
+}
+
+DataParallelOptimizer::~DataParallelOptimizer() = default;
+
+void DataParallelOptimizer::apply(float lr, int64_t step, float clip_norm,
+                                  const RangeFn& after_range) {
   DenormalsAreZero denormals;  // (the pool's threads have it)
-  auto update = [&](int64_t r) {
-    const std::vector<Param>& params = params_[static_cast<size_t>(r)];
-    if (clip_norm > 0) {
-      std::vector<Tensor*> grads;
-      for (const Param& p : params) grads.push_back(p.grad);
-      clip_by_global_norm(grads, clip_norm);
+  if (clip_norm > 0) {
+    std::vector<Tensor*> grads;
+    for (const Param& p : params_) grads.push_back(p.grad);
+    clip_by_global_norm(grads, clip_norm);
+  }
+  optimizer_->start_step(params_, lr, step);
+  std::atomic<size_t> next{0};
+  const std::thread::id caller = std::this_thread::get_id();
+  pool_->parallel_for(pool_->num_threads() + 1, [&](int64_t) {
+    // (The caller's lane shows the whole update.)
+    std::optional<trace::Slice> slice;
+    if (trace::active() && std::this_thread::get_id() != caller) {
+      trace::name_thread("update");
+      slice.emplace("step", "update blocks");
     }
-    Optimizer& optimizer = *optimizers_[static_cast<size_t>(r)];
-    if (r != 0 || !after_range) return optimizer.apply(params, lr, step);
-    optimizer.start_step(params, lr, step);
-    for (size_t k = 0; k < params.size(); ++k)
-      for (int64_t b = 0, n = params[k].value->numel(); b < n; b += kBlock) {
-        optimizer.update(k, b, std::min(b + kBlock, n));
-        after_range(k, b, std::min(b + kBlock, n));
-      }
-  };
-  if (pool != nullptr)
-    pool->parallel_for(num_replicas(), update);
-  else
-    for (int r = 0; r < num_replicas(); ++r) update(r);
+    for (size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < blocks_.size();) {
+      const Block& b = blocks_[i];
+      optimizer_->update(b.param, b.begin, b.end);
+      if (after_range) after_range(b.param, b.begin, b.end);
+      const float* value = params_[b.param].value->data<float>();
+      for (Tensor* mirror : mirrors_[b.param])
+        std::copy(value + b.begin, value + b.end, mirror->data<float>() + b.begin);
+    }
+  });
 }
 
 std::vector<Param> replica_params(DataParallel& dp, int replica) {

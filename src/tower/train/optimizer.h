@@ -66,29 +66,37 @@ class ThreadPool;
 std::vector<Param> replica_params(DataParallel& dp, int replica);
 
 // The optimizer step of a DataParallel. Under Strategy::allreduce every replica holds its own copy
-// of the variables (and of the averaged gradients), so one optimizer per replica updates each with
-// the same bits; an Optimizer applied to one replica's params would leave the others behind
-// (DataParallel::step() stops with an error when it sees that). `dp` must outlive it.
+// of the variables, and an Optimizer applied to one replica's params would leave the others behind
+// (DataParallel::step() stops with an error when it sees that). This one updates them all: as the
+// replicas hold the same values and averaged gradients and an update is element-wise, it runs the
+// optimizer once, on replica 0, and copies each updated block to the other replicas while it is in
+// cache: the bits each replica would compute on its own. The blocks are shared out over the
+// threads the towers run on, which wait for the update anyway. `dp` must outlive it.
 class DataParallelOptimizer {
  public:
   DataParallelOptimizer(DataParallel& dp, const OptimizerConfig& config);
+  ~DataParallelOptimizer();
   // One update of every replica, the gradients first clipped to a global norm of `clip_norm`
-  // when > 0 (clip.h); replicas side by side on `pool` when given. `after_range(param, begin,
-  // end)`, when given, runs on replica 0 after each block of a param is updated, while the block
-  // is in cache (the moving average, in the same pass).
+  // when > 0 (clip.h). `after_range(param, begin, end)`, when given, runs after each block of a
+  // param is updated, while the block is in cache (the moving average, in the same pass); blocks
+  // run side by side, in no set order.
   using RangeFn = std::function<void(size_t param, int64_t begin, int64_t end)>;
-  void apply(float lr, int64_t step, float clip_norm = 0, ThreadPool* pool = nullptr,
-             const RangeFn& after_range = {});
-  const std::vector<Param>& params(int replica = 0) const {
-    return params_[static_cast<size_t>(replica)];
-  }
-  // Its slots ("<param>/<slot>"), for checkpoints.
-  Optimizer& replica_optimizer(int replica) { return *optimizers_[static_cast<size_t>(replica)]; }
-  int num_replicas() const { return static_cast<int>(optimizers_.size()); }
+  void apply(float lr, int64_t step, float clip_norm = 0, const RangeFn& after_range = {});
+  // Replica 0's variables and gradients.
+  const std::vector<Param>& params() const { return params_; }
+  // The optimizer of replica 0, the only one: its slots ("<param>/<slot>") for checkpoints.
+  Optimizer& optimizer() { return *optimizer_; }
 
  private:
-  std::vector<std::vector<Param>> params_;
-  std::vector<std::unique_ptr<Optimizer>> optimizers_;
+  struct Block {
+    size_t param;
+    int64_t begin, end;
+  };
+  std::vector<Param> params_;
+  std::vector<std::vector<Tensor*>> mirrors_;  // per param: its value in replicas 1, 2, ...
+  std::vector<Block> blocks_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<ThreadPool> pool_;  // with the caller, as many threads as the towers
 };
 
 namespace detail {

@@ -100,9 +100,9 @@ class DataParallel::ClassicTowers final : public Mode {
       if (t.copy_stream != nullptr) device_ops(t.device.kind).synchronize(t.copy_stream);
     }
   }
-  // (Staged) refresh the tower's variables from the host replica, run forward and backward, and
-  // hand each gradient to the reducer as it is ready. NCCL takes the gradients from the device,
-  // ordered after their kernels on the GPU; host copies wait for the kernels.
+  // (Staged) refresh the tower's variables from the host replica, run forward and backward, hand
+  // each gradient to the reducer as it is ready, then help it. NCCL takes the gradients from the
+  // device, ordered after their kernels on the GPU; host copies wait for the kernels.
   void run(Tower& t, int index, uint64_t step, const Tensor&, const Tensor&) override {
     if (dp_.staged_) t.device_vars->copy_from(*dp_.replicas_[static_cast<size_t>(t.replica)]);
     const int first_grad = 1 + static_cast<int>(t.outputs.metrics.size());
@@ -113,6 +113,7 @@ class DataParallel::ClassicTowers final : public Mode {
       }
       if (fetch >= first_grad) dp_.reducer_->ready(index, fetch - first_grad);
     });
+    dp_.reducer_->help(index);
   }
   // [loss, metrics...] weighted by each tower's share of the batch of all ranks.
   StepResult result() override {

@@ -145,8 +145,8 @@ class AllReduceReducer : public GradientReducer {
       bucket.variables = std::move(variables);
       buckets_.push_back(std::move(bucket));
     }
-    for (size_t t = 0; t < grads_.size(); ++t) results_.push_back(make_flat(grads_[0], order));
-    for (Bucket& b : buckets_) b.offset = results_[0].offset[static_cast<size_t>(b.variables[0])];
+    result_ = make_flat(grads_[0], order);
+    for (Bucket& b : buckets_) b.offset = result_.offset[static_cast<size_t>(b.variables[0])];
     for (size_t t = 0; t < grads_.size(); ++t) workers_.push_back(std::make_unique<ThreadPool>(1));
     if (crosses_ranks(comm_)) communicator_ = std::make_unique<ThreadPool>(1);
   }
@@ -163,11 +163,14 @@ class AllReduceReducer : public GradientReducer {
       start_ = Clock::now();
       trace_ = {};
       aborted_ = false;
-      for (Bucket& b : buckets_) b.ready = b.reduced = 0;
+      for (Bucket& b : buckets_) b.ready = b.claimed = b.reduced = 0;
     }
     pending_.clear();
     for (size_t t = 0; t < workers_.size(); ++t)
-      pending_.push_back(workers_[t]->submit([this, t] { reduce_chunks(t); }));
+      pending_.push_back(workers_[t]->submit([this, t] {
+        if (trace::active()) trace::name_thread(fmt::format("reduce {}", t));
+        reduce_chunks();
+      }));
     if (communicator_) pending_.push_back(communicator_->submit([this] { communicate(); }));
   }
 
@@ -188,6 +191,8 @@ class AllReduceReducer : public GradientReducer {
     cv_.notify_all();
   }
 
+  void help(int) override { reduce_chunks(); }
+
   void finish() override {
     auto t0 = Clock::now();
     std::exception_ptr error = wait_all(pending_);
@@ -197,8 +202,8 @@ class AllReduceReducer : public GradientReducer {
     if (error) std::rethrow_exception(error);
   }
 
-  Tensor& result(int replica, int variable) override {
-    return results_[static_cast<size_t>(replica)].views[static_cast<size_t>(variable)];
+  Tensor& result(int, int variable) override {
+    return result_.views[static_cast<size_t>(variable)];
   }
   int num_replicas() const override { return static_cast<int>(grads_.size()); }
   ReduceTrace trace() const override {
@@ -212,67 +217,67 @@ class AllReduceReducer : public GradientReducer {
     int64_t numel = 0;
     int64_t offset = 0;  // in the flat result buffers
     size_t ready = 0;    // (tower, variable) gradients produced this step
-    size_t reduced = 0;  // chunks summed over this process's towers (cross-rank reduction only)
+    int claimed = 0;     // chunks taken by a thread
+    int reduced = 0;     // chunks summed over this process's towers
   };
+  int chunks() const { return 2 * static_cast<int>(grads_.size()); }
 
-  // Worker `chunk` owns the chunk-th slice of every bucket (reduce-scatter), and writes the sum
-  // into every replica's result (all-gather), bucket by bucket as they fill. Across ranks, it
-  // writes replica 0 only and communicate() takes over.
-  void reduce_chunks(size_t chunk) {
-    const size_t towers = grads_.size();
+  // Bucket by bucket as they fill, takes chunks of the bucket that no other thread took and sums
+  // them over the towers (a reduce-scatter over the threads that come: the reducer's own, and the
+  // towers' once they are done). Across ranks, communicate() then takes over.
+  void reduce_chunks() {
     for (Bucket& bucket : buckets_) {
-      {
-        std::unique_lock<std::mutex> lock(mutex_);
-        cv_.wait(lock,
-                 [&] { return aborted_ || bucket.ready == towers * bucket.variables.size(); });
-        if (aborted_) return;
-        if (trace_.first_reduce_start < 0) trace_.first_reduce_start = seconds_since(start_);
-      }
-      if (trace::active()) trace::name_thread(fmt::format("reduce {}", chunk));
-      trace::Slice slice("reduce", "reduce bucket");
-      auto t0 = Clock::now();
-      const int64_t lo = bucket.numel * static_cast<int64_t>(chunk) / static_cast<int64_t>(towers);
-      const int64_t hi =
-          bucket.numel * static_cast<int64_t>(chunk + 1) / static_cast<int64_t>(towers);
-      int64_t base = 0;
-      for (int v : bucket.variables) {
-        const size_t var = static_cast<size_t>(v);
-        const int64_t n = grads_[0][var].numel();
-        const int64_t begin = std::max<int64_t>(lo - base, 0),
-                      end = std::min<int64_t>(hi - base, n);
-        if (begin < end) {
-          float* out0 = results_[0].views[var].data<float>();
-          weighted_sum(grads_, weights_, var, begin, end, out0);
-          for (size_t r = 1; r < towers && !communicator_; ++r)
-            std::copy(out0 + begin, out0 + end, results_[r].views[var].data<float>() + begin);
+      for (;;) {
+        int chunk;
+        {
+          std::unique_lock<std::mutex> lock(mutex_);
+          cv_.wait(lock, [&] {
+            return aborted_ || bucket.ready == grads_.size() * bucket.variables.size();
+          });
+          if (aborted_) return;
+          if (bucket.claimed == chunks()) break;
+          chunk = bucket.claimed++;
+          if (trace_.first_reduce_start < 0) trace_.first_reduce_start = seconds_since(start_);
         }
-        base += n;
+        auto t0 = Clock::now();
+        reduce_chunk(bucket, chunk);
+        {
+          std::lock_guard<std::mutex> lock(mutex_);
+          trace_.reduce_seconds += seconds_since(t0);
+          bucket.reduced++;
+        }
+        if (communicator_) cv_.notify_all();
       }
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        trace_.reduce_seconds += seconds_since(t0);
-        bucket.reduced++;
-      }
-      if (communicator_) cv_.notify_all();
     }
   }
 
-  // Sums each bucket over the ranks as soon as this process's towers have summed it, then hands
-  // it to the other replicas.
+  void reduce_chunk(const Bucket& bucket, int chunk) {
+    trace::Slice slice("reduce", "reduce bucket");
+    const int64_t lo = bucket.numel * chunk / chunks();
+    const int64_t hi = bucket.numel * (chunk + 1) / chunks();
+    int64_t base = 0;
+    for (int v : bucket.variables) {
+      const size_t var = static_cast<size_t>(v);
+      const int64_t n = grads_[0][var].numel();
+      const int64_t begin = std::max<int64_t>(lo - base, 0), end = std::min<int64_t>(hi - base, n);
+      if (begin < end)
+        weighted_sum(grads_, weights_, var, begin, end, result_.views[var].data<float>());
+      base += n;
+    }
+  }
+
+  // Sums each bucket over the ranks as soon as this process's towers have summed it.
   void communicate() {
     for (Bucket& bucket : buckets_) {
       {
         std::unique_lock<std::mutex> lock(mutex_);
-        cv_.wait(lock, [&] { return aborted_ || bucket.reduced == grads_.size(); });
+        cv_.wait(lock, [&] { return aborted_ || bucket.reduced == chunks(); });
         if (aborted_) return;
       }
       if (trace::active()) trace::name_thread("communication");
       trace::Slice slice("comm", "allreduce bucket");
       auto t0 = Clock::now();
-      float* sum = results_[0].data() + bucket.offset;
-      comm_->allreduce_sum(sum, bucket.numel);
-      for (size_t r = 1; r < results_.size(); ++r)
-        std::copy(sum, sum + bucket.numel, results_[r].data() + bucket.offset);
+      comm_->allreduce_sum(result_.data() + bucket.offset, bucket.numel);
       std::lock_guard<std::mutex> lock(mutex_);
       trace_.comm_seconds += seconds_since(t0);
     }
@@ -281,7 +286,7 @@ class AllReduceReducer : public GradientReducer {
   std::vector<std::vector<Tensor>> grads_;
   std::vector<float> weights_;
   Communicator* comm_;
-  std::vector<FlatBuffer> results_;  // per replica
+  FlatBuffer result_;  // shared by the replicas
   std::vector<Bucket> buckets_;
   std::vector<int> bucket_of_;
   std::vector<std::unique_ptr<ThreadPool>> workers_;

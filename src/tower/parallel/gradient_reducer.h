@@ -45,7 +45,10 @@ class GradientReducer {
   virtual ~GradientReducer() = default;
   virtual void begin_step() = 0;
   virtual void ready(int tower, int variable) = 0;  // thread-safe
-  virtual void finish() = 0;                        // all reduced (rethrows a reducer failure)
+  // Called by a tower's thread once its gradients are all handed over: the reducer may use the
+  // thread until the reduction that waits for the towers is done.
+  virtual void help(int tower) {}
+  virtual void finish() = 0;  // all reduced (rethrows a reducer failure)
   // A tower failed this step: stop waiting for its gradients (finish() then returns promptly).
   virtual void abort() = 0;
   // The averaged gradient of `variable` as seen by replica `replica` (central: only replica 0).
@@ -61,7 +64,9 @@ std::unique_ptr<GradientReducer> make_central_reducer(std::vector<std::vector<Te
                                                       std::vector<float> weights,
                                                       Communicator* comm = nullptr);
 // bucket_bytes: gradients are grouped in production order (last variables first) into buckets of
-// about this size; each bucket is reduced as soon as every tower has produced all of it.
+// about this size; each bucket is reduced as soon as every tower has produced all of it, by the
+// reducer's threads and the towers' that are done, chunk by chunk. The replicas share one buffer
+// of averaged gradients.
 std::unique_ptr<GradientReducer> make_allreduce_reducer(std::vector<std::vector<Tensor>> grads,
                                                         std::vector<float> weights,
                                                         size_t bucket_bytes,

@@ -269,6 +269,7 @@ class Run {
           out.loss, step_, config_.train_dir);
     // The next batch is taken one step early: its copy to GPU towers overlaps the update.
     if (step_ + 1 < total_steps_) {
+      trace::Slice slice("input", "take the next batch");
       next_ = pipeline_->next();
       towers.prefetch(next_->images, next_->labels);
     }

@@ -147,7 +147,11 @@ class AllReduceReducer : public GradientReducer {
     }
     result_ = make_flat(grads_[0], order);
     for (Bucket& b : buckets_) b.offset = result_.offset[static_cast<size_t>(b.variables[0])];
-    for (size_t t = 0; t < grads_.size(); ++t) workers_.push_back(std::make_unique<ThreadPool>(1));
+    // The last bucket fills when the towers are done, and is theirs alone: threads of the
+    // reducer's own take chunks of the others, while the towers still run.
+    if (buckets_.size() > 1)
+      for (size_t t = 0; t < grads_.size(); ++t)
+        workers_.push_back(std::make_unique<ThreadPool>(1));
     if (crosses_ranks(comm_)) communicator_ = std::make_unique<ThreadPool>(1);
   }
 
@@ -169,7 +173,7 @@ class AllReduceReducer : public GradientReducer {
     for (size_t t = 0; t < workers_.size(); ++t)
       pending_.push_back(workers_[t]->submit([this, t] {
         if (trace::active()) trace::name_thread(fmt::format("reduce {}", t));
-        reduce_chunks();
+        reduce_chunks(buckets_.size() - 1);
       }));
     if (communicator_) pending_.push_back(communicator_->submit([this] { communicate(); }));
   }
@@ -191,10 +195,11 @@ class AllReduceReducer : public GradientReducer {
     cv_.notify_all();
   }
 
-  void help(int) override { reduce_chunks(); }
+  void help(int) override { reduce_chunks(buckets_.size()); }
 
   void finish() override {
     auto t0 = Clock::now();
+    reduce_chunks(buckets_.size());  // what no tower took (a caller that does not help)
     std::exception_ptr error = wait_all(pending_);
     pending_.clear();
     std::lock_guard<std::mutex> lock(mutex_);
@@ -222,11 +227,13 @@ class AllReduceReducer : public GradientReducer {
   };
   int chunks() const { return 2 * static_cast<int>(grads_.size()); }
 
-  // Bucket by bucket as they fill, takes chunks of the bucket that no other thread took and sums
-  // them over the towers (a reduce-scatter over the threads that come: the reducer's own, and the
-  // towers' once they are done). Across ranks, communicate() then takes over.
-  void reduce_chunks() {
-    for (Bucket& bucket : buckets_) {
+  // Bucket by bucket as they fill (the first `count`), takes chunks of the bucket that no other
+  // thread took and sums them over the towers (a reduce-scatter over the threads that come: the
+  // reducer's own, and the towers' once they are done). Across ranks, communicate() then takes
+  // over.
+  void reduce_chunks(size_t count) {
+    for (size_t b = 0; b < count; ++b) {
+      Bucket& bucket = buckets_[b];
       for (;;) {
         int chunk;
         {

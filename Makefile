@@ -33,7 +33,7 @@ bench: deps
 # Sanitizer and debug builds, each in its own folder, running the tests. Under tsan only the
 # threaded code's tests run (thread pool, reducers, towers, input pipeline): the rest is
 # single-threaded, and full models under tsan take far too long.
-TSAN_TESTS ?= SchedulerTest|ContendedModeRepeatsItsBits|ImageFolderTest|ThreadPool|TraceRecorder|GradientReducer|TowersEquivalenceTest.*mlp|DataParallelTest.(Batch|Missing|Staged|MicroBatches|TowerGroup)|TreeReducer|RanksTest|CommunicatorTest|Pipeline|Worker
+TSAN_TESTS ?= SchedulerTest|DataParallelOptimizer|ContendedModeRepeatsItsBits|ImageFolderTest|ThreadPool|TraceRecorder|GradientReducer|TowersEquivalenceTest.*mlp|DataParallelTest.(Batch|Missing|Staged|MicroBatches|TowerGroup)|TreeReducer|RanksTest|CommunicatorTest|Pipeline|Worker
 debug asan tsan: deps
 	cmake --preset $@
 	cmake --build --preset $@ -j $(JOBS)

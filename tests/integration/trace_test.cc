@@ -79,7 +79,7 @@ TEST_F(TraceTest, EveryThreadHasItsLaneWithTheSlicesOfThreeSteps) {
     EXPECT_EQ(slices[tower]["Conv2DBackpropInput"], 3) << tower;
   }
   // One bucket (the model's 4.3 MB of gradients fit in the default 25 MB) in 4 chunks (2 per
-  // tower), taken by the reducer's threads and the towers' once done: 4 slices per step.
+  // tower), taken by the towers' threads once done: 4 slices per step.
   int chunks = 0;
   for (auto& [lane, names] : slices) {
     chunks += names["reduce bucket"];

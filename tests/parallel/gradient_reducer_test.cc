@@ -38,12 +38,14 @@ struct Fixture {
   }
 };
 
-void run_step(GradientReducer& reducer, int towers, int vars) {
+// Each tower's thread hands over its gradients in backward order, then helps when `help`.
+void run_step(GradientReducer& reducer, int towers, int vars, bool help = false) {
   reducer.begin_step();
   std::vector<std::thread> threads;
   for (int t = 0; t < towers; ++t)
     threads.emplace_back([&, t] {
-      for (int v = vars - 1; v >= 0; --v) reducer.ready(t, v);  // backward order
+      for (int v = vars - 1; v >= 0; --v) reducer.ready(t, v);
+      if (help) reducer.help(t);
     });
   for (auto& th : threads) th.join();
   reducer.finish();
@@ -55,9 +57,9 @@ TEST(GradientReducerTest, BothStrategiesComputeTheWeightedMeanBitwiseAlike) {
     Fixture f(towers, shapes);
     auto central = make_central_reducer(f.views(), f.weights);
     auto allreduce = make_allreduce_reducer(f.views(), f.weights, 64);  // tiny buckets
-    for (int step = 0; step < 2; ++step) {
+    for (int step = 0; step < 4; ++step) {
       run_step(*central, towers, 4);
-      run_step(*allreduce, towers, 4);
+      run_step(*allreduce, towers, 4, /*help=*/step % 2 == 1);
       EXPECT_EQ(allreduce->num_replicas(), towers);
       for (size_t v = 0; v < shapes.size(); ++v)
         for (int64_t k = 0; k < shapes[v].numel(); ++k) {

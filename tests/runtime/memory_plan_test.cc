@@ -5,10 +5,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 
 #include "testing/gradient_check.h"
 #include "tower/ops/activation.h"
+#include "tower/ops/batch_norm.h"
+#include "tower/ops/conv.h"
 #include "tower/ops/math.h"
 #include "tower/runtime/program.h"
 
@@ -58,6 +61,59 @@ TEST(MemoryPlanTest, ReshapedBufferLivesUntilItsLastReader) {
           << "run " << run << " element " << i;
     }
   }
+}
+
+// A residual block's end in inference, Conv2D+FusedBatchNorm+Add+Relu: the residual (the
+// projection's output) is read by nothing else, so the output is written over it instead of into
+// a copy of it. Fetching the residual too keeps it apart (other layouts, so other last bits).
+TEST(MemoryPlanTest, AResidualReadByNothingElseIsTheOutput) {
+  Graph graph;
+  Scope s(graph);
+  Value x = s.placeholder("x", Shape{2, 8, 6, 6});
+  auto conv_bn = [&](const std::string& name) {
+    Value w = s.get_variable(name + "/w", Shape{8, 8, 3, 3}, Initializer::he_normal());
+    auto channel = [&](const std::string& v, Initializer init) {
+      return s.get_variable(name + "/" + v, Shape{8}, init, Trainable::no);
+    };
+    Value conv = ops::conv2d(s, x, w, {{1, 1}, ops::Padding::same});
+    return ops::batch_norm(
+               s, conv, channel("gamma", Initializer::uniform(1)),
+               channel("beta", Initializer::uniform(1)), channel("mean", Initializer::uniform(1)),
+               channel("var", Initializer::ones()), {.mode = ops::BatchNormMode::inference})
+        .y;
+  };
+  Value shortcut = conv_bn("shortcut");
+  Value y = ops::relu(s, ops::add(s, conv_bn("h"), shortcut));
+  VariableStore variables;
+  variables.initialize(graph, 5);
+  const Tensor input = testing::random_tensor(Shape{2, 8, 6, 6}, 6);
+  Program in_place(graph, {y}, variables, {Device{}, 1});
+  Program apart(graph, {y, shortcut}, variables, {Device{}, 1});
+  ASSERT_EQ(in_place.stats().fused_nodes, apart.stats().fused_nodes);
+  EXPECT_EQ(in_place.stats().in_place, 1);
+  for (Program* p : {&in_place, &apart}) {
+    p->input(x).copy_from(input);
+    p->run();
+  }
+  const float* got = in_place.output(0).data<float>();
+  const float* want = apart.output(0).data<float>();
+  float largest = 0;
+  for (int64_t i = 0; i < apart.output(0).numel(); ++i) {
+    ASSERT_NEAR(got[i], want[i], 1e-5f * (1 + std::abs(want[i]))) << i;
+    largest = std::max(largest, want[i]);
+  }
+  EXPECT_GT(largest, 0.5f);  // a real sum, not zeros
+  // Read again after the Add: not in place, or the second read would see the output.
+  Value again = ops::add(s, y, shortcut);
+  Program later(graph, {again}, variables, {Device{}, 1});
+  EXPECT_EQ(later.stats().in_place, 0);
+  later.input(x).copy_from(input);
+  later.run();
+  const float* residual = apart.output(1).data<float>();
+  for (int64_t i = 0; i < apart.output(0).numel(); ++i)
+    ASSERT_NEAR(later.output(0).data<float>()[i], want[i] + residual[i],
+                1e-5f * (1 + std::abs(want[i] + residual[i])))
+        << i;
 }
 
 bool overlap_in_time(const MemoryBlock& a, const MemoryBlock& b) {

@@ -112,6 +112,9 @@ class Kernel {
   // conversion into `layout`: true when the kernel will write `layout` itself from now on, so that
   // the conversion is dropped (a bf16 copy written directly, say).
   virtual bool write_output_as(int o, const Layout& layout) { return false; }
+  // An input whose buffer output 0 may take when nothing reads the input after this kernel (a
+  // residual that the kernel adds its result to): the runtime may then give both one address.
+  virtual int output_in_place_of() const { return -1; }
 
   // For Program's contended mode, where the members of the team take work from the kernels as it
   // becomes ready: how this kernel may be run (Tasks below). Split kernels are run as count

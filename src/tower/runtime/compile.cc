@@ -264,6 +264,7 @@ void CompiledProgram::plan_memory() {
     buffers[static_cast<size_t>(b)].block.last = end;
   }
   TOWER_CHECK(static_cast<int>(steps.size()) == end);
+  alias_in_place(window);
   alias_reshapes();
   std::vector<MemoryBlock*> blocks;
   for (Buffer& b : buffers) {
@@ -299,6 +300,36 @@ void CompiledProgram::alias_reshapes() {
     out.alias = in.alias >= 0 ? in.alias : step.inputs[0];
     MemoryBlock& root = buffers[static_cast<size_t>(out.alias)].block;
     root.last = std::max(root.last, out.block.last);
+  }
+}
+
+// A kernel's output takes the buffer of the input it names (output_in_place_of) when that input
+// is the output's twin (same layout, in the arena, not fetched) and read by nothing else that may
+// run at once or after. Run before alias_reshapes, which then follows it.
+void CompiledProgram::alias_in_place(int window) {
+  for (int p = 0; p < static_cast<int>(steps.size()); ++p) {
+    const Step& step = steps[static_cast<size_t>(p)];
+    const int k = step.reorder ? -1 : step.kernel->output_in_place_of();
+    if (k < 0) continue;
+    const int from = step.inputs[static_cast<size_t>(k)];
+    Buffer& in = buffers[static_cast<size_t>(from)];
+    Buffer& out = buffers[static_cast<size_t>(step.outputs[0])];
+    if (in.external || in.unused || in.alias >= 0 || out.external || out.unused ||
+        !(in.layout == out.layout) || in.value.spec() != out.value.spec() ||
+        std::find(fetch_buffers.begin(), fetch_buffers.end(), from) != fetch_buffers.end())
+      continue;
+    // Read as another input of this step, later, or by a step that contended mode may run beside
+    // this one: keep it.
+    bool read_elsewhere = false;
+    for (int q = std::max(p - window + 1, 0); q < static_cast<int>(steps.size()); ++q) {
+      const std::vector<int>& inputs = steps[static_cast<size_t>(q)].inputs;
+      for (size_t i = 0; i < inputs.size(); ++i)
+        read_elsewhere |= inputs[i] == from && (q != p || static_cast<int>(i) != k);
+    }
+    if (read_elsewhere) continue;
+    out.alias = from;
+    in.block.last = std::max(in.block.last, out.block.last);
+    ++stats.in_place;
   }
 }
 

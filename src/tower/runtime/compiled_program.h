@@ -27,7 +27,7 @@ struct CompiledProgram {
     Layout layout;
     bool external = false;  // a variable's, placeholder's or constant's own storage
     bool unused = false;    // its producer writes the converted copy instead (fold_conversions)
-    int alias = -1;         // a Reshape's output: the buffer whose bytes it is (plan_memory)
+    int alias = -1;         // the buffer whose bytes it is (a Reshape's output, or in place)
     MemoryBlock block;      // in the arena, when not external
     Tensor view;
   };
@@ -86,6 +86,7 @@ struct CompiledProgram {
   void mark_deferrable();
   void plan_memory();
   void alias_reshapes();
+  void alias_in_place(int window);
   void bind_kernels();
 };
 

@@ -88,6 +88,7 @@ struct ProgramStats {
   int reorders = 0;            // layout conversions run per step
   int fused_nodes = 0;         // nodes run inside another node's kernel (ProgramOptions::fuse)
   int folded_conversions = 0;  // conversions written directly by the producer (fuse too)
+  int in_place = 0;            // outputs written over the input they add to (no copy)
   size_t arena_bytes = 0;      // planned (with reuse)
   size_t unplanned_bytes = 0;  // what one buffer per value would take
   int deferrable = 0;          // kernels off the critical path (0: never contended mode)

@@ -54,6 +54,8 @@ class ConvBatchNormKernel final : public Kernel {
   size_t scratch_bytes() const override {
     return inner_scratch_ + plain_bytes_ + target_bytes_ + bias_bytes_;
   }
+  // The residual, when nothing reads it later, is the output itself (nothing to copy).
+  int output_in_place_of() const override { return add_ ? 6 : -1; }
   // The residual in the output's layout, since it is copied into the output.
   Layout input_layout(int i) const override {
     if (i == 0) return inner_->input_layout(0);
@@ -105,6 +107,7 @@ class ConvBatchNormKernel final : public Kernel {
   void copy_residual(const KernelIO& io) const {
     const auto* from = static_cast<const char*>(io.inputs[6].raw_data());
     auto* to = static_cast<char*>(io.outputs[0].raw_data());
+    if (from == to) return;
     constexpr size_t kBlock = size_t{1} << 16;
     const auto blocks = static_cast<int64_t>((output_bytes_ + kBlock - 1) / kBlock);
 #pragma omp parallel for num_threads(team_) schedule(static) if (team_ > 1 && blocks > 1)

@@ -132,9 +132,10 @@ TEST(LayoutTest, FusionKeepsResultsAndRunsFewerKernels) {
   // Two Conv2D and two BiasAdd inside Conv2D+BiasAdd+Relu, a MaxPoolGrad inside
   // MaxPoolGrad+ReluGrad, both bias gradients inside the filter gradients of their layers
   // (Conv2DBackpropFilter+BiasAddGrad), a ReLU inside FusedBatchNorm+Relu and its gradient inside
-  // ReluGrad+FusedBatchNormGrad.
-  EXPECT_EQ(fused.fused_nodes, 9);
-  EXPECT_EQ(fused.num_kernels, separate.num_kernels - 9);
+  // ReluGrad+FusedBatchNormGrad, the residual sum's ReLU inside Add+Relu and h2's ReLU gradient
+  // inside the sum of its two gradients (AddN+ReluGrad).
+  EXPECT_EQ(fused.fused_nodes, 11);
+  EXPECT_EQ(fused.num_kernels, separate.num_kernels - 11);
 }
 
 // Inference batch norms folded into their convolutions (Conv2D+FusedBatchNorm+Relu, and
@@ -228,6 +229,39 @@ TEST(LayoutTest, BatchNormTakesItsReluWithTheSameBits) {
     std::vector<Tensor> b =
         run_program(graph, fetches, variables, {Device{}, 2, true, true}, images, input, &fused);
     EXPECT_EQ(fused.fused_nodes, 2);  // FusedBatchNorm+Relu, ReluGrad+FusedBatchNormGrad
+    for (size_t i = 0; i < a.size(); ++i)
+      EXPECT_EQ(std::memcmp(a[i].raw_data(), b[i].raw_data(), a[i].nbytes()), 0) << "fetch " << i;
+  }
+}
+
+// A training residual block, x -> relu(conv) = h -> relu(conv(h) + h): the sum and its ReLU run as
+// one kernel (Add+Relu), and so do h's two gradients summed and ReLU's gradient (AddN+ReluGrad).
+// The same bits as the kernels apart, forward and gradients, on plain and blocked layouts.
+TEST(LayoutTest, ResidualSumsTakeTheirReluWithTheSameBits) {
+  for (bool propagate : {false, true}) {
+    SCOPED_TRACE(propagate ? "blocked" : "plain");
+    Graph graph;
+    Scope s(graph);
+    Value images = s.placeholder("x", Shape{4, 16, 6, 6});
+    auto conv = [&](const std::string& name, Value x) {
+      Value w = s.get_variable(name, Shape{16, 16, 3, 3}, Initializer::he_normal());
+      return ops::conv2d(s, x, w, {{1, 1}, ops::Padding::same});
+    };
+    Value h = ops::relu(s, conv("a", images));
+    Value y = ops::relu(s, ops::add(s, conv("b", h), h));
+    Value loss = ops::l2_loss(s, ops::scale(s, y, 0.5f));
+    std::vector<Value> fetches = {loss, y};
+    for (Value g : gradients(s, loss, {images})) fetches.push_back(g);
+    VariableStore variables;
+    variables.initialize(graph, 8);
+    const Tensor input = testing::random_tensor(Shape{4, 16, 6, 6}, 9);
+    ProgramStats separate, fused;
+    std::vector<Tensor> a = run_program(graph, fetches, variables, {Device{}, 2, propagate, false},
+                                        images, input, &separate);
+    std::vector<Tensor> b = run_program(graph, fetches, variables, {Device{}, 2, propagate, true},
+                                        images, input, &fused);
+    EXPECT_EQ(fused.fused_nodes, 2);  // Add+Relu, AddN+ReluGrad
+    EXPECT_EQ(fused.num_kernels, separate.num_kernels - 2);
     for (size_t i = 0; i < a.size(); ++i)
       EXPECT_EQ(std::memcmp(a[i].raw_data(), b[i].raw_data(), a[i].nbytes()), 0) << "fetch " << i;
   }

@@ -35,6 +35,12 @@ bool folds(const Node& conv, const Node& batch_norm) {
   return has_input(conv, batch_norm) &&
          batch_norm.attr<ops::BatchNormAttrs>().mode == ops::BatchNormMode::inference;
 }
+// Every input of the first node has its output's shape (element by element, no broadcast).
+bool same_shapes(const Node& first, const Node&) {
+  for (const Value& in : first.inputs)
+    if (in.shape() != first.outputs[0].shape) return false;
+  return true;
+}
 std::any conv_batch_norm_attrs(const Node& conv, const Node& batch_norm) {
   return ops::ConvBatchNormAttrs{conv.attr<ops::Conv2DAttrs>(),
                                  batch_norm.attr<ops::BatchNormAttrs>()};
@@ -64,6 +70,17 @@ const ChainRule kChains[] = {
      "ReluGrad",
      {},
      [](const Node& first, const Node& then) { return then.inputs[1] == first.inputs[0]; }},
+    // A residual sum and the ReLU after it.
+    {{"Add"}, "Relu", {}, same_shapes},
+    // The gradients of a ReLU's output summed (a residual block's two branches), then masked by
+    // the ReLU's gradient.
+    {{"AddN"},
+     "ReluGrad",
+     {},
+     [](const Node& first, const Node& then) {
+       return same_shapes(first, then) && then.inputs[0] == out(&first) &&
+              then.inputs[1].shape() == then.inputs[0].shape();
+     }},
     {{"Mul"},  // a weight decay term (a scalar times the weight) added to its gradient
      "AddN",
      {},

@@ -173,19 +173,47 @@ KernelRegistrar square_kernel{"Square", DeviceKind::cpu,
                                 unary(io, [](float x) { return x * x; });
                               })};
 
-// Summed in input order, element by element: the result does not depend on threads.
+// Add+Relu, the runtime's fusion of a residual sum with the ReLU after it: one pass, rounded as
+// the kernels apart (the sum, then s > 0 ? s : 0, as oneDNN's ReLU).
+KernelRegistrar add_relu_kernel{"Add+Relu", DeviceKind::cpu,
+                                any_layout_kernel([](const Node&, const KernelIO& io) {
+                                  binary(io, [](float a, float b) {
+                                    const float s = a + b;
+                                    return s > 0.0f ? s : 0.0f;
+                                  });
+                                })};
+
+// y[begin, end) = the first `count` inputs summed in input order, element by element: the result
+// does not depend on threads.
+void sum_in_order(const KernelIO& io, size_t count, int64_t begin, int64_t end, float* y) {
+  const float* x0 = io.inputs[0].data<float>();
+  for (int64_t i = begin; i < end; ++i) y[i] = x0[i];
+  for (size_t k = 1; k < count; ++k) {
+    const float* xk = io.inputs[k].data<float>();
+    for (int64_t i = begin; i < end; ++i) y[i] += xk[i];
+  }
+}
+
 KernelRegistrar add_n_kernel{"AddN", DeviceKind::cpu,
                              any_layout_kernel([](const Node&, const KernelIO& io) {
                                float* y = output(io);
                                for_blocks(io.outputs[0].numel(), [&](int64_t begin, int64_t end) {
-                                 const float* x0 = io.inputs[0].data<float>();
-                                 for (int64_t i = begin; i < end; ++i) y[i] = x0[i];
-                                 for (size_t k = 1; k < io.inputs.size(); ++k) {
-                                   const float* xk = io.inputs[k].data<float>();
-                                   for (int64_t i = begin; i < end; ++i) y[i] += xk[i];
-                                 }
+                                 sum_in_order(io, io.inputs.size(), begin, end, y);
                                });
                              })};
+// AddN+ReluGrad, the runtime's fusion of the gradients of a ReLU's output summed (two branches
+// of a residual network) with the ReLU's gradient: inputs (the gradients..., the ReLU's output
+// r); the sum where r > 0, else 0, in one pass with the kernels' roundings.
+KernelRegistrar add_n_relu_grad_kernel{
+    "AddN+ReluGrad", DeviceKind::cpu, any_layout_kernel([](const Node&, const KernelIO& io) {
+      float* y = output(io);
+      const size_t count = io.inputs.size() - 1;
+      const float* r = io.inputs[count].data<float>();
+      for_blocks(io.outputs[0].numel(), [&](int64_t begin, int64_t end) {
+        sum_in_order(io, count, begin, end, y);
+        for (int64_t i = begin; i < end; ++i) y[i] = r[i] > 0.0f ? y[i] : 0.0f;
+      });
+    })};
 
 KernelRegistrar reshape_kernel{"Reshape", DeviceKind::cpu,
                                simple_kernel([](const Node&, const KernelIO& io) {

@@ -96,13 +96,17 @@ std::string did_you_mean(const CLI::App& app, int argc, char** argv) {
 
 }  // namespace
 
+// libgomp's default is 300,000 (a team then held its cores for milliseconds after each kernel).
+constexpr const char* kSpinCount = "5000";
+
 int tower::cli_main(int argc, char** argv) {
-  // OpenMP threads that wait by spinning hold on to cores that a busy machine needs elsewhere:
-  // with one core taken by another process, training is faster when the team waits passively,
-  // and about as fast on a quiet machine. libgomp reads the policy when it is loaded,
-  // before main, so tower sets it (unless the user did) and starts again.
-  if (std::getenv("OMP_WAIT_POLICY") == nullptr) {
-    setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+  // OpenMP threads that wait by spinning hold on to cores that a busy machine needs elsewhere,
+  // but a team that sleeps at once is woken for every kernel. A short spin (libgomp's count of
+  // pauses, then sleep) catches the next kernel of a step and gives the core up soon after.
+  // libgomp reads it when it is loaded, before main, so tower sets it (unless the user set a
+  // policy or a count) and starts again.
+  if (std::getenv("OMP_WAIT_POLICY") == nullptr && std::getenv("GOMP_SPINCOUNT") == nullptr) {
+    setenv("GOMP_SPINCOUNT", kSpinCount, 1);
     char self[4096];  // the binary's own path, so that ps and top still say "tower"
     const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
     if (n > 0) {

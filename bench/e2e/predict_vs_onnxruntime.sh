@@ -9,8 +9,8 @@
 #           decode + run loop timed inside Python (Pillow decode, channels and size as tower
 #           brings them, stacking, session.run, printing), and session.run alone.
 # ORT runs with its default session options (its threads spin while they wait) but
-# intra_op_num_threads = --threads and inter_op_num_threads = 1; tower's threads wait passively
-# unless OMP_WAIT_POLICY=ACTIVE is in the environment (README). Both print the top class of every
+# intra_op_num_threads = --threads and inter_op_num_threads = 1; tower's threads spin briefly,
+# then sleep, unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is in the environment (README). Both print the top class of every
 # image; the script counts the images where the two differ (a near tie may; normally none).
 #
 # usage: bench/e2e/predict_vs_onnxruntime.sh [--train_dir DIR] [--images N] [--rounds R]

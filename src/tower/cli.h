@@ -8,7 +8,7 @@ namespace tower {
 
 // Parses the command line, runs the sub-command and returns the process's exit code: 0, 1 for an
 // error (one line on stderr), 2 for a malformed command line. May start the process again once
-// (to set OMP_WAIT_POLICY before OpenMP loads).
+// (to set GOMP_SPINCOUNT before OpenMP loads).
 int cli_main(int argc, char** argv);
 
 }  // namespace tower

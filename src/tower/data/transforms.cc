@@ -166,17 +166,27 @@ void apply_transform(const TransformSpec& spec, const uint8_t* chw, const Shape&
   }
   const bool flip = spec.random_flip && rng.uniform(2) < 0.5f;
   // Pad, crop and flip in one gather: output (y, x) reads padded (top + y, left + x'), where
-  // x' is mirrored when flipping; padded coordinates outside the image read zero.
+  // x' is mirrored when flipping; padded coordinates outside the image read zero. A row reads
+  // the image on one run of x, [x0, x1), found once.
   Image image(channels, w.height, w.width);
+  const int shift = left - spec.padding;  // sx = shift + x', x' = x or width - 1 - x
+  const int lo = std::clamp(-shift, 0, w.width), hi = std::clamp(width - shift, lo, w.width);
+  const int x0 = flip ? w.width - hi : lo, x1 = flip ? w.width - lo : hi;
   for (int c = 0; c < channels; ++c)
     for (int y = 0; y < w.height; ++y) {
+      float* row = &image.at(c, y, 0);
       const int sy = top + y - spec.padding;
-      for (int x = 0; x < w.width; ++x) {
-        const int sx = left + (flip ? w.width - 1 - x : x) - spec.padding;
-        const bool inside = sy >= 0 && sy < height && sx >= 0 && sx < width;
-        image.at(c, y, x) =
-            inside ? chw[(static_cast<size_t>(c) * height + sy) * width + sx] : 0.0f;
+      if (sy < 0 || sy >= height) {
+        std::fill(row, row + w.width, 0.0f);
+        continue;
       }
+      const uint8_t* src = chw + (static_cast<size_t>(c) * height + sy) * width;
+      std::fill(row, row + x0, 0.0f);
+      if (flip)
+        for (int x = x0; x < x1; ++x) row[x] = src[shift + w.width - 1 - x];
+      else
+        for (int x = x0; x < x1; ++x) row[x] = src[shift + x];
+      std::fill(row + x1, row + w.width, 0.0f);
     }
   if (spec.max_brightness_delta != 0)
     adjust_brightness(image, (2 * rng.uniform(3) - 1) * spec.max_brightness_delta);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "testing/graphs.h"
 #include "tower/ops/activation.h"
 #include "tower/ops/batch_norm.h"
 #include "tower/ops/bias.h"
@@ -127,17 +128,8 @@ TEST(FusionTest, ResidualAddJoinsOneBranchOnly) {
   Graph g;
   Scope s(g);
   Value x = s.placeholder("x", Shape{2, 4, 8, 8});
-  auto conv_bn = [&](const std::string& name) {
-    Value w = s.get_variable(name + "/w", Shape{4, 4, 3, 3}, Initializer::zeros());
-    auto channel = [&](const std::string& v) {
-      return s.get_variable(name + "/" + v, Shape{4}, Initializer::ones(), Trainable::no);
-    };
-    Value conv = ops::conv2d(s, x, w, {{1, 1}, ops::Padding::same});
-    return ops::batch_norm(s, conv, channel("gamma"), channel("beta"), channel("mean"),
-                           channel("var"), {.mode = ops::BatchNormMode::inference})
-        .y;
-  };
-  Value h = conv_bn("h"), shortcut = conv_bn("shortcut");
+  Value h = testing::conv_inference_batch_norm(s, "h", x);
+  Value shortcut = testing::conv_inference_batch_norm(s, "shortcut", x);
   Value y = ops::relu(s, ops::add(s, h, shortcut));
   const FusionPlan plan = plan_fusion(g, all_needed(g), {y}, DeviceKind::cpu);
   std::vector<std::string> ops = fused_ops(plan);

@@ -9,6 +9,7 @@
 #include <map>
 #include <span>
 #include <string>
+#include <utility>
 
 #include "testing/gradient_check.h"
 #include "testing/kernel_runner.h"
@@ -90,6 +91,23 @@ std::vector<Tensor> run_chain(ChainGraph& c, bool propagate, ProgramStats* stats
                               bool fuse = true) {
   return run_program(c.graph, c.fetches, c.variables, {Device{}, 2, propagate, fuse}, c.images,
                      testing::random_tensor(Shape{4, 3, 12, 12}, 5), stats, 2);
+}
+
+// The fetches run without and with fusion (layouts propagated or not): the same bits. Returns the
+// two programs' statistics (without, with).
+std::pair<ProgramStats, ProgramStats> expect_fusion_keeps_bits(const Graph& graph,
+                                                               const std::vector<Value>& fetches,
+                                                               VariableStore& variables,
+                                                               bool propagate, Value placeholder,
+                                                               const Tensor& input) {
+  ProgramStats separate, fused;
+  const std::vector<Tensor> a = run_program(
+      graph, fetches, variables, {Device{}, 2, propagate, false}, placeholder, input, &separate);
+  const std::vector<Tensor> b = run_program(
+      graph, fetches, variables, {Device{}, 2, propagate, true}, placeholder, input, &fused);
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_EQ(std::memcmp(a[i].raw_data(), b[i].raw_data(), a[i].nbytes()), 0) << "fetch " << i;
+  return {separate, fused};
 }
 
 // Every fetch within 1e-5 of its largest element (f32 rounding in another order).
@@ -223,14 +241,9 @@ TEST(LayoutTest, BatchNormTakesItsReluWithTheSameBits) {
     VariableStore variables;
     variables.initialize(graph, 5);
     const Tensor input = testing::random_tensor(Shape{8, 16, 6, 6}, 7);
-    ProgramStats separate, fused;
-    std::vector<Tensor> a = run_program(graph, fetches, variables, {Device{}, 2, true, false},
-                                        images, input, &separate);
-    std::vector<Tensor> b =
-        run_program(graph, fetches, variables, {Device{}, 2, true, true}, images, input, &fused);
+    const auto [separate, fused] =
+        expect_fusion_keeps_bits(graph, fetches, variables, true, images, input);
     EXPECT_EQ(fused.fused_nodes, 2);  // FusedBatchNorm+Relu, ReluGrad+FusedBatchNormGrad
-    for (size_t i = 0; i < a.size(); ++i)
-      EXPECT_EQ(std::memcmp(a[i].raw_data(), b[i].raw_data(), a[i].nbytes()), 0) << "fetch " << i;
   }
 }
 
@@ -255,15 +268,10 @@ TEST(LayoutTest, ResidualSumsTakeTheirReluWithTheSameBits) {
     VariableStore variables;
     variables.initialize(graph, 8);
     const Tensor input = testing::random_tensor(Shape{4, 16, 6, 6}, 9);
-    ProgramStats separate, fused;
-    std::vector<Tensor> a = run_program(graph, fetches, variables, {Device{}, 2, propagate, false},
-                                        images, input, &separate);
-    std::vector<Tensor> b = run_program(graph, fetches, variables, {Device{}, 2, propagate, true},
-                                        images, input, &fused);
+    const auto [separate, fused] =
+        expect_fusion_keeps_bits(graph, fetches, variables, propagate, images, input);
     EXPECT_EQ(fused.fused_nodes, 2);  // Add+Relu, AddN+ReluGrad
     EXPECT_EQ(fused.num_kernels, separate.num_kernels - 2);
-    for (size_t i = 0; i < a.size(); ++i)
-      EXPECT_EQ(std::memcmp(a[i].raw_data(), b[i].raw_data(), a[i].nbytes()), 0) << "fetch " << i;
   }
 }
 

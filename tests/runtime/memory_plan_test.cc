@@ -9,9 +9,8 @@
 #include <random>
 
 #include "testing/gradient_check.h"
+#include "testing/graphs.h"
 #include "tower/ops/activation.h"
-#include "tower/ops/batch_norm.h"
-#include "tower/ops/conv.h"
 #include "tower/ops/math.h"
 #include "tower/runtime/program.h"
 
@@ -70,20 +69,8 @@ TEST(MemoryPlanTest, AResidualReadByNothingElseIsTheOutput) {
   Graph graph;
   Scope s(graph);
   Value x = s.placeholder("x", Shape{2, 8, 6, 6});
-  auto conv_bn = [&](const std::string& name) {
-    Value w = s.get_variable(name + "/w", Shape{8, 8, 3, 3}, Initializer::he_normal());
-    auto channel = [&](const std::string& v, Initializer init) {
-      return s.get_variable(name + "/" + v, Shape{8}, init, Trainable::no);
-    };
-    Value conv = ops::conv2d(s, x, w, {{1, 1}, ops::Padding::same});
-    return ops::batch_norm(
-               s, conv, channel("gamma", Initializer::uniform(1)),
-               channel("beta", Initializer::uniform(1)), channel("mean", Initializer::uniform(1)),
-               channel("var", Initializer::ones()), {.mode = ops::BatchNormMode::inference})
-        .y;
-  };
-  Value shortcut = conv_bn("shortcut");
-  Value y = ops::relu(s, ops::add(s, conv_bn("h"), shortcut));
+  Value shortcut = testing::conv_inference_batch_norm(s, "shortcut", x);
+  Value y = ops::relu(s, ops::add(s, testing::conv_inference_batch_norm(s, "h", x), shortcut));
   VariableStore variables;
   variables.initialize(graph, 5);
   const Tensor input = testing::random_tensor(Shape{2, 8, 6, 6}, 6);

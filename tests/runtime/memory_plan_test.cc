@@ -103,6 +103,44 @@ TEST(MemoryPlanTest, AResidualReadByNothingElseIsTheOutput) {
         << i;
 }
 
+// Two residual blocks in a row: the second sum's residual is the first sum, itself written in
+// place of the shortcut, so both sums take the shortcut's buffer (a residual network's stage runs
+// in one); not when the first sum is read again after the second. Against the kernels apart.
+TEST(MemoryPlanTest, AChainOfResidualSumsSharesOneBuffer) {
+  Graph graph;
+  Scope s(graph);
+  Value x = s.placeholder("x", Shape{2, 8, 6, 6});
+  Value shortcut = testing::conv_inference_batch_norm(s, "shortcut", x);
+  Value y1 = ops::relu(s, ops::add(s, testing::conv_inference_batch_norm(s, "h1", x), shortcut));
+  Value y2 = ops::relu(s, ops::add(s, testing::conv_inference_batch_norm(s, "h2", y1), y1));
+  Value again = ops::add(s, y2, y1);
+  VariableStore variables;
+  variables.initialize(graph, 5);
+  const Tensor input = testing::random_tensor(Shape{2, 8, 6, 6}, 6);
+  Program chain(graph, {y2}, variables, {Device{}, 1});
+  Program read_again(graph, {again}, variables, {Device{}, 1});
+  ProgramOptions unfused{Device{}, 1};
+  unfused.fuse = false;  // the batch norms apart: no kernel writes in place
+  Program apart(graph, {y2, y1}, variables, unfused);
+  EXPECT_EQ(chain.stats().in_place, 2);
+  EXPECT_EQ(read_again.stats().in_place, 1);
+  EXPECT_EQ(apart.stats().in_place, 0);
+  for (Program* p : {&chain, &read_again, &apart}) {
+    p->input(x).copy_from(input);
+    p->run();
+  }
+  const float* want = apart.output(0).data<float>();
+  const float* first = apart.output(1).data<float>();
+  float largest = 0;
+  for (int64_t i = 0; i < apart.output(0).numel(); ++i) {
+    ASSERT_NEAR(chain.output(0).data<float>()[i], want[i], 1e-5f * (1 + std::abs(want[i]))) << i;
+    const float sum = want[i] + first[i];
+    ASSERT_NEAR(read_again.output(0).data<float>()[i], sum, 1e-5f * (1 + std::abs(sum))) << i;
+    largest = std::max(largest, want[i]);
+  }
+  EXPECT_GT(largest, 0.5f);
+}
+
 bool overlap_in_time(const MemoryBlock& a, const MemoryBlock& b) {
   return a.first <= b.last && b.first <= a.last;
 }

@@ -312,11 +312,19 @@ void CompiledProgram::alias_in_place(int window) {
     const int k = step.reorder ? -1 : step.kernel->output_in_place_of();
     if (k < 0) continue;
     const int from = step.inputs[static_cast<size_t>(k)];
+    // The input may itself be written in place of another buffer (a residual network's chain of
+    // sums): its root holds the memory, and no other name of that memory may be read elsewhere.
+    const auto root_of = [&](int b) {
+      const int a = buffers[static_cast<size_t>(b)].alias;
+      return a >= 0 ? a : b;
+    };
+    const int root = root_of(from);
     Buffer& in = buffers[static_cast<size_t>(from)];
     Buffer& out = buffers[static_cast<size_t>(step.outputs[0])];
-    if (in.external || in.unused || in.alias >= 0 || out.external || out.unused ||
-        !(in.layout == out.layout) || in.value.spec() != out.value.spec() ||
-        std::find(fetch_buffers.begin(), fetch_buffers.end(), from) != fetch_buffers.end())
+    if (in.external || in.unused || out.external || out.unused || !(in.layout == out.layout) ||
+        in.value.spec() != out.value.spec() ||
+        std::any_of(fetch_buffers.begin(), fetch_buffers.end(),
+                    [&](int f) { return root_of(f) == root; }))
       continue;
     // Read as another input of this step, later, or by a step that contended mode may run beside
     // this one: keep it.
@@ -324,11 +332,12 @@ void CompiledProgram::alias_in_place(int window) {
     for (int q = std::max(p - window + 1, 0); q < static_cast<int>(steps.size()); ++q) {
       const std::vector<int>& inputs = steps[static_cast<size_t>(q)].inputs;
       for (size_t i = 0; i < inputs.size(); ++i)
-        read_elsewhere |= inputs[i] == from && (q != p || static_cast<int>(i) != k);
+        read_elsewhere |= root_of(inputs[i]) == root && (q != p || static_cast<int>(i) != k);
     }
     if (read_elsewhere) continue;
-    out.alias = from;
-    in.block.last = std::max(in.block.last, out.block.last);
+    out.alias = root;
+    MemoryBlock& block = buffers[static_cast<size_t>(root)].block;
+    block.last = std::max(block.last, out.block.last);
     ++stats.in_place;
   }
 }

@@ -159,6 +159,48 @@ TEST(Conv2DTest, EmptyBatch) {
   for (float v : out[2].to_vector<float>()) EXPECT_EQ(v, 0.0f);
 }
 
+// Stride 1, odd filters, SAME padding and 16 channels or more on both sides: under AVX2 the
+// forward convolution runs as the backward-data convolution of its flipped filter (conv.cc). Its
+// values match the reference and its gradients finite differences; one program run with a second
+// filter flips that one (the flip is redone every run, as a variable's update requires).
+TEST(Conv2DTest, SameConvolutionsWithManyChannelsMatchReference) {
+  const ConvCase cases[] = {
+      {{2, 16, 9, 7}, {16, 16, 3, 3}, {{1, 1}, Padding::same}},
+      {{3, 16, 6, 6}, {24, 16, 5, 5}, {{1, 1}, Padding::same}},
+      {{2, 24, 5, 8}, {16, 24, 3, 5}, {{1, 1}, Padding::same}},
+      {{2, 32, 4, 4}, {16, 32, 1, 1}, {{1, 1}, Padding::same}},
+  };
+  uint64_t seed = 300;
+  for (const ConvCase& c : cases) {
+    SCOPED_TRACE(c.x.to_string() + " * " + c.w.to_string());
+    Graph graph;
+    Scope s(graph);
+    Value x = s.placeholder("x", c.x);
+    Value w = s.placeholder("w", c.w);
+    Value y = ops::conv2d(s, x, w, c.attrs);
+    VariableStore variables;
+    Program program(graph, {y}, variables, {Device{}, 2});
+    const Tensor xv = random_tensor(c.x, seed++);
+    program.input(x).copy_from(xv);
+    for (int run = 0; run < 2; ++run) {
+      const Tensor wv = random_tensor(c.w, seed++);
+      program.input(w).copy_from(wv);
+      program.run();
+      EXPECT_LE(testing::max_relative_error(program.output(0),
+                                            testing::conv2d_reference(xv, wv, c.attrs)),
+                1e-5)
+          << "run " << run;
+    }
+    testing::check_gradients(
+        [&](const Scope& s2, const std::vector<Value>& in) {
+          return ops::conv2d(s2, in[0], in[1], c.attrs);
+        },
+        testing::tensor_list(random_tensor(c.x, seed), random_tensor(c.w, seed + 1)),
+        {.tolerance = 1e-2});
+    seed += 2;
+  }
+}
+
 // On a team of several threads, the convolutions cut the batch into chunks of rows that the
 // threads take one at a time (64 rows: 4 chunks of 16), the weight and bias gradients summed over
 // the chunks in order: within rounding of the one-thread kernels, and the same bits on every run

@@ -50,18 +50,30 @@ dnnl::memory::desc plain_md(const Shape& shape, dnnl::memory::data_type type) {
 namespace {
 class DnnlFormat : public Layout::Format {
  public:
-  explicit DnnlFormat(const dnnl::memory::desc& md) : md_(md) {}
+  explicit DnnlFormat(const dnnl::memory::desc& md, bool flipped = false)
+      : md_(md), flipped_(flipped) {}
   size_t bytes() const override { return md_.get_size(); }
   bool equals(const Format& other) const override {
     auto* o = dynamic_cast<const DnnlFormat*>(&other);
-    return o != nullptr && o->md_ == md_;
+    return o != nullptr && o->md_ == md_ && o->flipped_ == flipped_;
   }
   const dnnl::memory::desc& md() const { return md_; }
+  bool flipped() const { return flipped_; }
 
  private:
   dnnl::memory::desc md_;
+  bool flipped_;  // flipped_filter_layout
 };
 }  // namespace
+
+Layout flipped_filter_layout(const dnnl::memory::desc& md) {
+  return Layout(std::make_shared<DnnlFormat>(md, true));
+}
+
+bool is_flipped_filter(const Layout& layout) {
+  auto* format = dynamic_cast<const DnnlFormat*>(layout.format());
+  return format != nullptr && format->flipped();
+}
 
 Layout to_layout(const dnnl::memory::desc& md, const Shape& shape) {
   if (md == plain_md(shape)) return {};

@@ -23,6 +23,11 @@ dnnl::memory::dims to_dims(const Shape& shape);
 // A oneDNN descriptor as a Layout (the plain Layout when it is plain_md(shape)), and back.
 Layout to_layout(const dnnl::memory::desc& md, const Shape& shape);
 dnnl::memory::desc md_of(const Shape& shape, const Layout& layout);
+// A filter (O, I, KH, KW) as the weights of the backward-data convolution that computes its
+// forward one (conv.cc): v[i, o, r, c] = w[o, i, KH - 1 - r, KW - 1 - c], in `md` (dims I, O, KH,
+// KW). md_of gives `md`; the runtime's reorder (reorder.cc) flips a plain filter into it.
+Layout flipped_filter_layout(const dnnl::memory::desc& md);
+bool is_flipped_filter(const Layout& layout);
 // A 4-D layout with the channels (dim 1) grouped innermost in blocks of `block` (nChw8c, nChw16c;
 // 1 for a strided one such as nchw; C for channels last, nhwc): element (n, c, h, w) lies at
 // n*strides[0] + (c/block)*strides[1] + h*strides[2] + w*strides[3] + c%block. f32 only. For

@@ -1,7 +1,7 @@
 // The runtime's layout conversions on CPU: a oneDNN reorder between two descriptors of a value.
 // f32 -> bf16 in the same layout (the copies that bf16 convolutions and matmuls read) is a plain
 // loop over the buffer with AVX512-BF16's conversion instead, which is faster than oneDNN 2.6's
-// reorder for it.
+// reorder for it. A filter into flipped_filter_layout is flipped into a plain scratch copy first.
 #include <algorithm>
 #include <optional>
 
@@ -20,17 +20,28 @@ class ReorderKernel : public Kernel {
     from_md_ = md_of(value.shape(), from);
     to_md_ = md_of(value.shape(), to);
     if (value.shape().numel() == 0) return;  // nothing to convert (oneDNN skips empty tensors)
+    if (is_flipped_filter(to)) {
+      TOWER_CHECK_MSG(from.is_plain() && value.shape().rank() == 4, "flips only a plain filter");
+      const Shape& w = value.shape();
+      flip_ = w;
+      from_md_ = plain_md(Shape{w[1], w[0], w[2], w[3]});
+    }
     to_bf16_ = is_bf16_copy(from_md_, to_md_) && cpu_converts_to_bf16();
     if (to_bf16_) return;
     prim_ = build(node_, [&] {
       return dnnl::reorder(dnnl::reorder::primitive_desc(engine(), from_md_, engine(), to_md_));
     });
   }
+  size_t scratch_bytes() const override {
+    return flip_ ? static_cast<size_t>(flip_->numel()) * sizeof(float) : 0;
+  }
   void bind(const KernelIO& io) override {
-    args_ = {{DNNL_ARG_FROM, make_memory(from_md_, io.inputs[0])},
+    args_ = {{DNNL_ARG_FROM, flip_ ? dnnl::memory(from_md_, engine(), io.scratch)
+                                   : make_memory(from_md_, io.inputs[0])},
              {DNNL_ARG_TO, make_memory(to_md_, io.outputs[0])}};
   }
   void run(const KernelIO& io) override {
+    if (flip_) flip(io.inputs[0].data<float>(), static_cast<float*>(io.scratch));
     if (to_bf16_) {
       const float* in = io.inputs[0].data<float>();
       auto* out = static_cast<uint16_t*>(io.outputs[0].raw_data());
@@ -47,10 +58,22 @@ class ReorderKernel : public Kernel {
   Layout output_layout(int) const override { return to_; }
 
  private:
+  // v[i, o, r, c] = w[o, i, KH - 1 - r, KW - 1 - c].
+  void flip(const float* w, float* v) const {
+    const int64_t outs = (*flip_)[0], ins = (*flip_)[1], kh = (*flip_)[2], kw = (*flip_)[3];
+    for (int64_t o = 0; o < outs; ++o)
+      for (int64_t i = 0; i < ins; ++i)
+        for (int64_t r = 0; r < kh; ++r)
+          for (int64_t c = 0; c < kw; ++c)
+            v[((i * outs + o) * kh + r) * kw + c] =
+                w[((o * ins + i) * kh + kh - 1 - r) * kw + kw - 1 - c];
+  }
+
   const Node& node_;
   Layout from_, to_;
   dnnl::memory::desc from_md_, to_md_;
   bool to_bf16_ = false;
+  std::optional<Shape> flip_;  // the filter's shape, when flipped (flipped_filter_layout)
   std::optional<dnnl::reorder> prim_;
   std::unordered_map<int, dnnl::memory> args_;
 };

@@ -235,23 +235,31 @@ TOWER_ALWAYS_INLINE void each_window(const PoolPlane& p, const Fn& f) {
   }
 }
 
+// x was written long before (by the layer before, or the forward pass): the window one output
+// row down is fetched while this one is computed, or every new row of x costs a wait on memory
+// (the windows step across rows, which the hardware prefetcher does not follow). Under AVX2,
+// lenet's pool1 took 0.96 ms per tower without this in the forward pass, 0.66 with it.
+TOWER_ALWAYS_INLINE void prefetch_window_below(const PoolPlane& p, const float* window,
+                                               const int64_t* offsets, int32_t positions,
+                                               int64_t h1) {
+  const int64_t stride = p.attrs.strides[0];
+  if (h1 - 1 + stride >= p.height) return;  // rows of this plane only
+  for (int32_t k = 0; k < positions; ++k)
+    __builtin_prefetch(window + offsets[k] + stride * p.xs[2]);
+}
+
 template <bool kRelu>
 TOWER_ALWAYS_INLINE void max_pool_grad_plane_loop(const float* x, const float* dy, float* dx,
                                                   const PoolPlane& p) {
-  const ops::PoolAttrs& a = p.attrs;
   // The plane's dx (its padding lanes too) is contiguous in every layout here: zeroed while it
   // is about to be in cache anyway.
   std::memset(dx, 0, sizeof(float) * static_cast<size_t>(p.height * p.width * p.block));
-  const int64_t below = a.strides[0] * p.xs[2];
   each_window(
       p, [&](int64_t at, const int64_t* o, int32_t positions, int64_t oh, int64_t ow, int64_t h1) {
         const float* g = dy + oh * p.ds[2] + ow * p.ds[3];
         const float* xw = x + at;
         float* dxw = dx + at;
-        // x was written long before (forward): fetch the window one output row down while this
-        // one is computed, or every new row of x costs a wait on memory.
-        if (h1 - 1 + a.strides[0] < p.height)  // rows of this plane only
-          for (int32_t k = 0; k < positions; ++k) __builtin_prefetch(xw + o[k] + below);
+        prefetch_window_below(p, xw, o, positions, h1);
         int64_t l0 = 0;
         if (p.lanes == 8) {
           argmax_lanes<8, kRelu>(xw, o, positions, g, dxw);
@@ -279,9 +287,10 @@ TOWER_CPU_VARIANTS(max_pool_grad_plane,
 // x.
 TOWER_ALWAYS_INLINE void max_pool_plane_body(const float* x, float* y, const PoolPlane& p) {
   each_window(p, [&](int64_t at, const int64_t* offsets, int32_t positions, int64_t oh, int64_t ow,
-                     int64_t) {
+                     int64_t h1) {
     const float* base = x + at;
     float* out = y + oh * p.ds[2] + ow * p.ds[3];
+    prefetch_window_below(p, base, offsets, positions, h1);
     int64_t l0 = 0;
     if (p.lanes == 8) {
       max_lanes<8>(base, offsets, positions, out);

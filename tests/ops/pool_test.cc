@@ -30,6 +30,9 @@ const PoolCase kCases[] = {
     // Whole channel blocks: pooled in nChw8c (nChw16c with AVX-512), MaxPoolGrad's own loop.
     {{2, 16, 7, 9}, {{3, 3}, {2, 2}, Padding::same}},
     {{1, 24, 6, 5}, {{2, 2}, {1, 1}, Padding::valid}},
+    // Windows side by side that cover the plane: MaxPoolGrad writes dx without zeroing it first.
+    {{2, 16, 8, 6}, {{2, 2}, {2, 2}, Padding::valid}},
+    {{1, 32, 4, 6}, {{2, 2}, {2, 2}, Padding::same}},
 };
 
 Value pool(const Scope& s, Value x, const PoolAttrs& a, bool is_max) {

@@ -132,8 +132,9 @@ std::optional<memory::format_tag> loop_tag(const Shape& x, const Layout& layout)
 // L neighbouring channels of one output position (L = 8 or 16: one vector in the clones for
 // AVX2 or AVX-512): the first largest x of the window (positions at `offsets`, row-major) gets g
 // (kRelu: only where that x is > 0, ReLU's gradient with x its output). Whole vectors, no
-// branches or scatters: each window position adds g where it was the argmax and 0 elsewhere.
-template <int L, bool kRelu>
+// branches or scatters: each window position adds g where it was the argmax and 0 elsewhere
+// (kTiles: the windows tile the plane, so each position's dx is 0 plus that, stored unread).
+template <int L, bool kRelu, bool kTiles>
 TOWER_ALWAYS_INLINE void argmax_lanes(const float* x, const int64_t* offsets, int32_t positions,
                                       const float* g, float* dx) {
   using F = typename Vectors<L>::F;
@@ -151,7 +152,10 @@ TOWER_ALWAYS_INLINE void argmax_lanes(const float* x, const int64_t* offsets, in
   if constexpr (kRelu) index = best > F{} ? index : I{} - 1;
   load(grad, g);
   for (int32_t k = 0; k < positions; ++k) {
-    load(d, dx + offsets[k]);
+    if constexpr (kTiles)
+      d = F{};
+    else
+      load(d, dx + offsets[k]);
     d += index == k ? grad : F{};
     store(dx + offsets[k], d);
   }
@@ -248,12 +252,24 @@ TOWER_ALWAYS_INLINE void prefetch_window_below(const PoolPlane& p, const float* 
     __builtin_prefetch(window + offsets[k] + stride * p.xs[2]);
 }
 
-template <bool kRelu>
+// Whether every position of the plane, every lane of its block, lies in exactly one window
+// that argmax_lanes writes whole (no padding, windows side by side, no lanes left to the
+// one-channel loop).
+bool windows_tile(const PoolPlane& p) {
+  const ops::PoolAttrs& a = p.attrs;
+  return p.ph.before == 0 && p.pw.before == 0 && a.ksize[0] == a.strides[0] &&
+         a.ksize[1] == a.strides[1] && p.out_height * a.strides[0] == p.height &&
+         p.out_width * a.strides[1] == p.width && p.lanes == p.block &&
+         (p.lanes == 8 || p.lanes % 16 == 0);
+}
+
+template <bool kRelu, bool kTiles>
 TOWER_ALWAYS_INLINE void max_pool_grad_plane_loop(const float* x, const float* dy, float* dx,
                                                   const PoolPlane& p) {
   // The plane's dx (its padding lanes too) is contiguous in every layout here: zeroed while it
-  // is about to be in cache anyway.
-  std::memset(dx, 0, sizeof(float) * static_cast<size_t>(p.height * p.width * p.block));
+  // is about to be in cache anyway, unless the windows write it all.
+  if (!kTiles)
+    std::memset(dx, 0, sizeof(float) * static_cast<size_t>(p.height * p.width * p.block));
   each_window(
       p, [&](int64_t at, const int64_t* o, int32_t positions, int64_t oh, int64_t ow, int64_t h1) {
         const float* g = dy + oh * p.ds[2] + ow * p.ds[3];
@@ -262,11 +278,11 @@ TOWER_ALWAYS_INLINE void max_pool_grad_plane_loop(const float* x, const float* d
         prefetch_window_below(p, xw, o, positions, h1);
         int64_t l0 = 0;
         if (p.lanes == 8) {
-          argmax_lanes<8, kRelu>(xw, o, positions, g, dxw);
+          argmax_lanes<8, kRelu, kTiles>(xw, o, positions, g, dxw);
           l0 = 8;
         }
         for (; l0 + 16 <= p.lanes; l0 += 16)
-          argmax_lanes<16, kRelu>(xw + l0, o, positions, g + l0, dxw + l0);
+          argmax_lanes<16, kRelu, kTiles>(xw + l0, o, positions, g + l0, dxw + l0);
         for (; l0 < p.lanes; ++l0) argmax_lane<kRelu>(xw + l0, o, positions, g + l0, dxw + l0);
       });
 }
@@ -274,10 +290,15 @@ TOWER_ALWAYS_INLINE void max_pool_grad_plane_loop(const float* x, const float* d
 // One plane of `lanes` channels of one image (x, dy and dx point at its start).
 TOWER_ALWAYS_INLINE void max_pool_grad_plane_body(const float* x, const float* dy, float* dx,
                                                   const PoolPlane& p, bool relu) {
-  if (relu)
-    max_pool_grad_plane_loop<true>(x, dy, dx, p);
+  const bool tiles = windows_tile(p);
+  if (relu && tiles)
+    max_pool_grad_plane_loop<true, true>(x, dy, dx, p);
+  else if (relu)
+    max_pool_grad_plane_loop<true, false>(x, dy, dx, p);
+  else if (tiles)
+    max_pool_grad_plane_loop<false, true>(x, dy, dx, p);
   else
-    max_pool_grad_plane_loop<false>(x, dy, dx, p);
+    max_pool_grad_plane_loop<false, false>(x, dy, dx, p);
 }
 TOWER_CPU_VARIANTS(max_pool_grad_plane,
                    (const float* x, const float* dy, float* dx, const PoolPlane& p, bool relu),

@@ -112,7 +112,9 @@ TEST(MemoryPlanTest, AChainOfResidualSumsSharesOneBuffer) {
   Value x = s.placeholder("x", Shape{2, 8, 6, 6});
   Value shortcut = testing::conv_inference_batch_norm(s, "shortcut", x);
   Value y1 = ops::relu(s, ops::add(s, testing::conv_inference_batch_norm(s, "h1", x), shortcut));
-  Value y2 = ops::relu(s, ops::add(s, testing::conv_inference_batch_norm(s, "h2", y1), y1));
+  // (Two convolutions, as in a residual block: the first reads y1 apart from the sum.)
+  Value h2 = ops::relu(s, testing::conv_inference_batch_norm(s, "h2a", y1));
+  Value y2 = ops::relu(s, ops::add(s, testing::conv_inference_batch_norm(s, "h2b", h2), y1));
   Value again = ops::add(s, y2, y1);
   VariableStore variables;
   variables.initialize(graph, 5);

@@ -14,6 +14,7 @@
 
 #include "tower/core/device.h"
 #include "tower/kernels/cpu/chunks.h"
+#include "tower/kernels/cpu/clones.h"
 #include "tower/kernels/cpu/conv.h"
 #include "tower/kernels/kernel.h"
 
@@ -73,44 +74,202 @@ dnnl::convolution_forward::primitive_desc forward_pd(const Shape& x, const Shape
 // swapped, its rows and columns reversed) gives for the output gradient x. Under AVX2, oneDNN
 // 2.6's backward-data kernels run ResNet-20's 3x3 convolutions faster than its forward ones, in
 // the chunks of 16 images of a 2-thread team: 0.85 against 1.12 ms with 16 channels, 0.74 against
-// 0.82 with 32, 0.72 against 0.80 with 64 (under AVX-512 they are 2 to 6% slower). Only there, in
-// fp32, with 16 channels or more on both sides, and with no epilogue (bias, sum and ReLU are the
-// forward kernels' post-ops): a Conv2D that the runtime fuses with its bias and ReLU keeps the
-// forward kernel, so its unfused bits (--no_fusion) differ from its fused ones by f32 rounding.
+// 0.82 with 32, 0.72 against 0.80 with 64. Only there: under AVX-512 they are 2 to 6% slower, and
+// 5x5 filters or lenet's 32 -> 64 channels gain nothing. So: AVX2, fp32, 3x3, the same channels
+// on both sides, 16 or more in whole blocks of 8.
 bool forward_as_adjoint(const Shape& x, const Shape& w, const ops::Conv2DAttrs& a,
-                        const KernelContext& context, const ConvEpilogue& epilogue) {
-  if (cpu_isa() != CpuIsa::avx2 || context.precision != Precision::fp32 || epilogue.bias ||
-      epilogue.add_output || epilogue.relu || a.strides[0] != 1 || a.strides[1] != 1 || x[1] < 16 ||
-      w[0] < 16)
+                        const KernelContext& context) {
+  if (cpu_isa() != CpuIsa::avx2 || context.precision != Precision::fp32 || a.strides[0] != 1 ||
+      a.strides[1] != 1 || x[0] == 0 || x[1] < 16 || w[0] != x[1] || x[1] % 8 != 0 || w[2] != 3 ||
+      w[3] != 3)
     return false;
   const ConvGeometry g = geometry(x, w, a);
-  for (int d = 0; d < 2; ++d) {
-    const int64_t k = w[2 + d];
-    if (k % 2 == 0 || g.padding_l[d] != (k - 1) / 2 || g.padding_r[d] != (k - 1) / 2) return false;
-  }
-  return true;
+  return g.padding_l == memory::dims{1, 1} && g.padding_r == memory::dims{1, 1};
 }
 
-// The backward-data primitive of forward_as_adjoint for `rows` of the batch.
-Built adjoint_forward(const Node& node, const Shape& x, const Shape& w, const Shape& y,
-                      int64_t rows) {
-  const ops::Conv2DAttrs& a = node.attr<ops::Conv2DAttrs>();
-  const Shape xr = with_rows(x, rows), yr = with_rows(y, rows), v{w[1], w[0], w[2], w[3]};
-  auto pd = build(node, [&] {
-    const ConvGeometry g = geometry(yr, v, a);
-    dnnl::convolution_backward_data::desc desc(dnnl::algorithm::convolution_direct, any_md(yr),
-                                               any_md(v), any_md(xr), g.strides, g.padding_l,
-                                               g.padding_r);
-    return dnnl::convolution_backward_data::primitive_desc(
-        desc, user_scratchpad(), engine(), forward_pd(yr, v, xr, a, memory::data_type::f32));
-  });
-  Arg filter = input_arg(DNNL_ARG_WEIGHTS, 1, w, pd.weights_desc());
-  filter.flipped_filter = true;
-  return Built{dnnl::convolution_backward_data(pd),
-               pd.scratchpad_desc(),
-               {input_arg(DNNL_ARG_DIFF_DST, 0, x, pd.diff_dst_desc(), Role::rows), filter,
-                output_arg(DNNL_ARG_DIFF_SRC, y, pd.diff_src_desc(), Role::rows)}};
+// y = relu((conv + b) + y) over `planes` planes of `positions` x `block` lanes (block a multiple of
+// 8, the bias of plane p at b + p % blocks * block), each step as `flags` asks (kBias, kAdd,
+// kRelu): the roundings of the kernels apart. conv may be y.
+enum EpilogueFlags { kBias = 1, kAdd = 2, kRelu = 4 };
+template <int kFlags>
+TOWER_ALWAYS_INLINE void epilogue_planes(const float* conv, float* y, const float* bias,
+                                         int64_t planes, int64_t blocks, int64_t positions,
+                                         int64_t block) {
+  using F = Vectors<8>::F;
+  for (int64_t p = 0; p < planes; ++p) {
+    const float* b = kFlags & kBias ? bias + p % blocks * block : nullptr;
+    const float* in = conv + p * positions * block;
+    float* out = y + p * positions * block;
+    for (int64_t l = 0; l < block; l += 8) {
+      F bv{}, v, r;
+      if constexpr ((kFlags & kBias) != 0) load(bv, b + l);
+      for (int64_t i = l; i < positions * block; i += block) {
+        load(v, in + i);
+        if constexpr ((kFlags & kBias) != 0) v += bv;
+        if constexpr ((kFlags & kAdd) != 0) {
+          load(r, out + i);
+          v += r;
+        }
+        if constexpr ((kFlags & kRelu) != 0) v = v > F{} ? v : F{};
+        store(out + i, v);
+      }
+    }
+  }
 }
+TOWER_ALWAYS_INLINE void conv_epilogue_body(const float* conv, float* y, const float* bias,
+                                            int64_t planes, int64_t blocks, int64_t positions,
+                                            int64_t block, int flags) {
+  switch (flags) {
+#define TOWER_EPILOGUE_CASE(f) \
+  case f:                      \
+    return epilogue_planes<f>(conv, y, bias, planes, blocks, positions, block);
+    TOWER_EPILOGUE_CASE(1)
+    TOWER_EPILOGUE_CASE(2)
+    TOWER_EPILOGUE_CASE(3)
+    TOWER_EPILOGUE_CASE(4)
+    TOWER_EPILOGUE_CASE(5)
+    TOWER_EPILOGUE_CASE(6)
+    TOWER_EPILOGUE_CASE(7)
+#undef TOWER_EPILOGUE_CASE
+    default:
+      return;
+  }
+}
+TOWER_CPU_VARIANTS(conv_epilogue,
+                   (const float* conv, float* y, const float* bias, int64_t planes, int64_t blocks,
+                    int64_t positions, int64_t block, int flags),
+                   (conv, y, bias, planes, blocks, positions, block, flags))
+
+// The convolution of forward_as_adjoint in chunks of rows of the batch, each chunk's epilogue
+// (bias, the output's previous contents added, ReLU: the forward kernels' post-ops) applied by a
+// loop right after its convolution, while the chunk is in cache, with the roundings of the kernels
+// apart (y + b, then + the previous contents, then ReLU), so that a fused Conv2D+BiasAdd+Relu
+// keeps the bits of its nodes run one by one. The chunks (16 images, or fewer that divide the
+// batch) are the tasks; with the output's previous contents added, a chunk's convolution goes to
+// its thread's scratch first.
+class AdjointConv final : public Kernel {
+ public:
+  static std::unique_ptr<Kernel> make(const Node& node, const KernelContext& context,
+                                      const ConvEpilogue& epilogue) {
+    const Shape& x = node.inputs[0].shape();
+    const Shape& w = node.inputs[1].shape();
+    if (!forward_as_adjoint(x, w, node.attr<ops::Conv2DAttrs>(), context)) return nullptr;
+    const Shape& y = node.outputs[0].shape;
+    // Chunks of up to 16 images whose output fits in a core's L2 (512 KB on AVX2 EPYCs), where
+    // the epilogue finds it.
+    int64_t rows = 16;
+    while (rows > 1 && (x[0] % rows != 0 || rows * (y.numel() / y[0]) * 4 > (512 << 10))) rows /= 2;
+    KernelThreadsScope one_thread(1);  // each chunk runs on one thread
+    const Shape xr = with_rows(x, rows), yr = with_rows(y, rows), v{w[1], w[0], w[2], w[3]};
+    const ops::Conv2DAttrs& a = node.attr<ops::Conv2DAttrs>();
+    auto pd = build(node, [&] {
+      const ConvGeometry g = geometry(yr, v, a);
+      dnnl::convolution_backward_data::desc desc(dnnl::algorithm::convolution_direct, any_md(yr),
+                                                 any_md(v), any_md(xr), g.strides, g.padding_l,
+                                                 g.padding_r);
+      return dnnl::convolution_backward_data::primitive_desc(
+          desc, user_scratchpad(), engine(), forward_pd(yr, v, xr, a, memory::data_type::f32));
+    });
+    const auto x_md = with_batch(pd.diff_dst_desc(), x[0]);
+    const auto y_md = with_batch(pd.diff_src_desc(), y[0]);
+    // The epilogue walks planes of channel blocks one after another (nChw8c and the like).
+    const auto blocks = channel_blocks(pd.diff_src_desc());
+    if (!x_md || !y_md || !blocks || y[1] % blocks->block != 0 || blocks->block % 8 != 0)
+      return nullptr;
+    const int64_t block = blocks->block, plane = y[2] * y[3] * block;
+    const int64_t* st = blocks->strides;
+    if (st[3] != block || st[2] != y[3] * block || (y[1] > block && st[1] != plane) ||
+        st[0] != y[1] / block * plane)
+      return nullptr;
+    return std::unique_ptr<Kernel>(
+        new AdjointConv(node, context, epilogue, rows, pd, *x_md, *y_md, *blocks));
+  }
+
+  size_t scratch_bytes() const override { return member_bytes() * static_cast<size_t>(members_); }
+  Layout input_layout(int i) const override {
+    if (i == 0) return to_layout(x_md_, node_.inputs[0].shape());
+    return i == 1 ? flipped_filter_layout(pd_.weights_desc()) : Layout{};
+  }
+  Layout output_layout(int) const override { return to_layout(y_md_, node_.outputs[0].shape); }
+
+  // The arguments of chunk c run by member m, at [c * members_ + m].
+  void bind(const KernelIO& io) override {
+    args_.assign(static_cast<size_t>(chunks_ * members_), {});
+    auto* x = static_cast<const char*>(io.inputs[0].raw_data());
+    auto* y = static_cast<char*>(io.outputs[0].raw_data());
+    const dnnl::memory::desc x_chunk = pd_.diff_dst_desc(), y_chunk = pd_.diff_src_desc();
+    const dnnl::memory weights = make_memory(pd_.weights_desc(), io.inputs[1]);
+    for (int c = 0; c < chunks_; ++c)
+      for (int m = 0; m < members_; ++m) {
+        auto& args = args_[static_cast<size_t>(c * members_ + m)];
+        char* scratch = static_cast<char*>(io.scratch) + member_bytes() * static_cast<size_t>(m);
+        args[DNNL_ARG_DIFF_DST] = dnnl::memory(
+            x_chunk, engine(), const_cast<char*>(x) + x_chunk.get_size() * static_cast<size_t>(c));
+        args[DNNL_ARG_WEIGHTS] = weights;
+        args[DNNL_ARG_DIFF_SRC] =
+            dnnl::memory(y_chunk, engine(),
+                         epilogue_.add_output ? scratch + scratchpad_bytes()
+                                              : y + y_chunk.get_size() * static_cast<size_t>(c));
+        add_scratchpad(args, pd_.scratchpad_desc(), scratch);
+      }
+  }
+
+  Tasks tasks() const override { return Tasks::split(chunks_); }
+  void run_task(const KernelIO& io, int task, int member) override {
+    const auto& args = args_[static_cast<size_t>(task * members_ + member)];
+    execute(node_, prim_, args);
+    const size_t chunk = pd_.diff_src_desc().get_size();
+    float* y = reinterpret_cast<float*>(static_cast<char*>(io.outputs[0].raw_data()) +
+                                        chunk * static_cast<size_t>(task));
+    const float* conv = static_cast<const float*>(args.at(DNNL_ARG_DIFF_SRC).get_data_handle());
+    epilogue(conv, y, epilogue_.bias ? io.inputs[2].data<float>() : nullptr);
+  }
+  void run(const KernelIO& io) override {
+#pragma omp parallel for num_threads(team_) schedule(dynamic, 1) if (team_ > 1)
+    for (int c = 0; c < chunks_; ++c) run_task(io, c, team_ > 1 ? omp_get_thread_num() : 0);
+  }
+
+ private:
+  AdjointConv(const Node& node, const KernelContext& context, const ConvEpilogue& epilogue,
+              int64_t rows, dnnl::convolution_backward_data::primitive_desc pd,
+              dnnl::memory::desc x_md, dnnl::memory::desc y_md, ChannelBlocks blocks)
+      : node_(node),
+        epilogue_(epilogue),
+        rows_(rows),
+        chunks_(static_cast<int>(node.inputs[0].shape()[0] / rows)),
+        team_(std::max(context.num_threads, 1)),
+        members_(std::max(context.members, team_)),
+        pd_(std::move(pd)),
+        prim_(pd_),
+        x_md_(std::move(x_md)),
+        y_md_(std::move(y_md)),
+        block_(blocks.block) {}
+
+  size_t scratchpad_bytes() const { return align64(pd_.scratchpad_desc().get_size()); }
+  size_t member_bytes() const {
+    return scratchpad_bytes() +
+           (epilogue_.add_output ? align64(pd_.diff_src_desc().get_size()) : 0);
+  }
+
+  // y (a chunk: rows x planes of block lanes) = relu((conv + b) + y) as the epilogue asks.
+  void epilogue(const float* conv, float* y, const float* bias) const {
+    const int flags = (epilogue_.bias ? kBias : 0) | (epilogue_.add_output ? kAdd : 0) |
+                      (epilogue_.relu ? kRelu : 0);
+    const Shape& shape = node_.outputs[0].shape;
+    const int64_t blocks = shape[1] / block_;
+    conv_epilogue(conv, y, bias, rows_ * blocks, blocks, shape[2] * shape[3], block_, flags);
+  }
+
+  const Node& node_;
+  ConvEpilogue epilogue_;
+  int64_t rows_;
+  int chunks_, team_, members_;
+  dnnl::convolution_backward_data::primitive_desc pd_;
+  dnnl::convolution_backward_data prim_;
+  dnnl::memory::desc x_md_, y_md_;
+  int64_t block_;
+  std::vector<std::unordered_map<int, dnnl::memory>> args_;
+};
 
 // Conv2D, and the fused Conv2D+BiasAdd[+Relu] (inputs x, w, bias).
 template <bool kBias, bool kRelu>
@@ -127,9 +286,7 @@ std::unique_ptr<Kernel> make_conv2d_with(const Node& node, const KernelContext& 
   const Shape& y = node.outputs[0].shape;
   const int64_t bias = epilogue.bias ? w[0] : 0;
   const bool kBias = epilogue.bias;
-  if (forward_as_adjoint(x, w, node.attr<ops::Conv2DAttrs>(), context, epilogue))
-    return chunked(node, context, x[0],
-                   [&](int64_t rows) { return adjoint_forward(node, x, w, y, rows); });
+  if (auto adjoint = AdjointConv::make(node, context, epilogue)) return adjoint;
   return chunked(node, context, x[0], [&](int64_t rows) {
     auto pd = build(node, [&] {
       return forward_pd(with_rows(x, rows), w, with_rows(y, rows), node.attr<ops::Conv2DAttrs>(),

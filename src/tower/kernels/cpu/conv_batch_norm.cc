@@ -2,10 +2,11 @@
 // (runtime/fusion.cc): the batch norm is folded into the convolution. Each run (the statistics
 // and the weights are variables, which may change between runs) makes, per output channel o,
 //   s = gamma[o] / sqrt(variance[o] + epsilon),  w'[o] = w[o] * s,  b'[o] = beta[o] - mean[o] * s
-// (in double, rounded once), converts w' into the layout the convolution reads, and runs the
-// convolution on (x, w', b') with the bias, [the residual added: the Add's other input is copied
-// into the output first, and oneDNN's sum post-op adds to it,] and [ReLU] as post-ops. Not the
-// same bits as the kernels apart: the tests bound the difference.
+// (in double, rounded once), converts w' into the layout the convolution reads (flipped, for
+// conv.cc's AdjointConv), and runs the convolution on (x, w', b') with the bias, [the residual
+// added: the Add's other input is copied into the output first, and the sum post-op adds to it,]
+// and [ReLU] as its epilogue. Not the same bits as the kernels apart: the tests bound the
+// difference.
 // Inputs (x, w, gamma, beta, mean, variance[, the Add's other input]). Outputs: y; with no node
 // after the batch norm, FusedBatchNorm's (y, mean, variance), the statistics used copied as that
 // kernel does.
@@ -40,8 +41,10 @@ class ConvBatchNormKernel final : public Kernel {
                               {.bias = true, .add_output = add, .relu = relu});
     const Shape& w = node.inputs[1].shape();
     const dnnl::memory::desc target = md_of(w, inner_->input_layout(1));
+    flip_ = is_flipped_filter(inner_->input_layout(1));  // conv.cc's AdjointConv
+    plain_md_ = flip_ ? plain_md(Shape{w[1], w[0], w[2], w[3]}) : plain_md(w);
     reorder_ = build(node, [&] {
-      return dnnl::reorder(dnnl::reorder::primitive_desc(engine(), plain_md(w), engine(), target));
+      return dnnl::reorder(dnnl::reorder::primitive_desc(engine(), plain_md_, engine(), target));
     });
     inner_scratch_ = align64(inner_->scratch_bytes());
     plain_bytes_ = align64(static_cast<size_t>(w.numel()) * sizeof(float));
@@ -52,7 +55,7 @@ class ConvBatchNormKernel final : public Kernel {
   }
 
   size_t scratch_bytes() const override {
-    return inner_scratch_ + plain_bytes_ + target_bytes_ + bias_bytes_;
+    return inner_scratch_ + plain_bytes_ * (flip_ ? 2 : 1) + target_bytes_ + bias_bytes_;
   }
   // The residual, when nothing reads it later, is the output itself (nothing to copy).
   int output_in_place_of() const override { return add_ ? 6 : -1; }
@@ -79,8 +82,11 @@ class ConvBatchNormKernel final : public Kernel {
     inner_io_.outputs.push_back(io.outputs[0].view());
     inner_io_.scratch = io.scratch;
     inner_->bind(inner_io_);
-    reorder_args_ = {{DNNL_ARG_FROM, dnnl::memory(plain_md(w), engine(), plain_w_)},
-                     {DNNL_ARG_TO, dnnl::memory(target_md_, engine(), target)}};
+    flipped_w_ = reinterpret_cast<float*>(scratch + inner_scratch_ + plain_bytes_ + target_bytes_ +
+                                          bias_bytes_);
+    reorder_args_ = {
+        {DNNL_ARG_FROM, dnnl::memory(plain_md_, engine(), flip_ ? flipped_w_ : plain_w_)},
+        {DNNL_ARG_TO, dnnl::memory(target_md_, engine(), target)}};
   }
 
   // The fold comes first: the convolution runs as one kernel (on the team, or on one member).
@@ -90,6 +96,7 @@ class ConvBatchNormKernel final : public Kernel {
 
   void run(const KernelIO& io) override {
     fold(io);
+    if (flip_) flip_filter(plain_w_, node_.inputs[1].shape(), flipped_w_);
     execute(node_, reorder_, reorder_args_);
     if (add_) copy_residual(io);
     inner_io_.step = io.step;
@@ -145,6 +152,9 @@ class ConvBatchNormKernel final : public Kernel {
   size_t inner_scratch_ = 0, plain_bytes_ = 0, target_bytes_ = 0, bias_bytes_ = 0;
   float* plain_w_ = nullptr;
   float* bias_ = nullptr;
+  bool flip_ = false;            // the convolution reads the filter flipped
+  dnnl::memory::desc plain_md_;  // the folded filter as the reorder reads it (flipped or not)
+  float* flipped_w_ = nullptr;   // flip_: the folded filter flipped
   KernelIO inner_io_;
   std::unordered_map<int, dnnl::memory> reorder_args_;
 };

@@ -70,6 +70,16 @@ Layout flipped_filter_layout(const dnnl::memory::desc& md) {
   return Layout(std::make_shared<DnnlFormat>(md, true));
 }
 
+void flip_filter(const float* w, const Shape& w_shape, float* v) {
+  const int64_t outs = w_shape[0], ins = w_shape[1], kh = w_shape[2], kw = w_shape[3];
+  for (int64_t o = 0; o < outs; ++o)
+    for (int64_t i = 0; i < ins; ++i)
+      for (int64_t r = 0; r < kh; ++r)
+        for (int64_t c = 0; c < kw; ++c)
+          v[((i * outs + o) * kh + r) * kw + c] =
+              w[((o * ins + i) * kh + kh - 1 - r) * kw + kw - 1 - c];
+}
+
 bool is_flipped_filter(const Layout& layout) {
   auto* format = dynamic_cast<const DnnlFormat*>(layout.format());
   return format != nullptr && format->flipped();

@@ -28,6 +28,8 @@ dnnl::memory::desc md_of(const Shape& shape, const Layout& layout);
 // KW). md_of gives `md`; the runtime's reorder (reorder.cc) flips a plain filter into it.
 Layout flipped_filter_layout(const dnnl::memory::desc& md);
 bool is_flipped_filter(const Layout& layout);
+// v = the plain filter w (of shape `w_shape`) flipped, plain (flipped_filter_layout's order).
+void flip_filter(const float* w, const Shape& w_shape, float* v);
 // A 4-D layout with the channels (dim 1) grouped innermost in blocks of `block` (nChw8c, nChw16c;
 // 1 for a strided one such as nchw; C for channels last, nhwc): element (n, c, h, w) lies at
 // n*strides[0] + (c/block)*strides[1] + h*strides[2] + w*strides[3] + c%block. f32 only. For

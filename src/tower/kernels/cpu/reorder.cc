@@ -41,7 +41,7 @@ class ReorderKernel : public Kernel {
              {DNNL_ARG_TO, make_memory(to_md_, io.outputs[0])}};
   }
   void run(const KernelIO& io) override {
-    if (flip_) flip(io.inputs[0].data<float>(), static_cast<float*>(io.scratch));
+    if (flip_) flip_filter(io.inputs[0].data<float>(), *flip_, static_cast<float*>(io.scratch));
     if (to_bf16_) {
       const float* in = io.inputs[0].data<float>();
       auto* out = static_cast<uint16_t*>(io.outputs[0].raw_data());
@@ -58,17 +58,6 @@ class ReorderKernel : public Kernel {
   Layout output_layout(int) const override { return to_; }
 
  private:
-  // v[i, o, r, c] = w[o, i, KH - 1 - r, KW - 1 - c].
-  void flip(const float* w, float* v) const {
-    const int64_t outs = (*flip_)[0], ins = (*flip_)[1], kh = (*flip_)[2], kw = (*flip_)[3];
-    for (int64_t o = 0; o < outs; ++o)
-      for (int64_t i = 0; i < ins; ++i)
-        for (int64_t r = 0; r < kh; ++r)
-          for (int64_t c = 0; c < kw; ++c)
-            v[((i * outs + o) * kh + r) * kw + c] =
-                w[((o * ins + i) * kh + kh - 1 - r) * kw + kw - 1 - c];
-  }
-
   const Node& node_;
   Layout from_, to_;
   dnnl::memory::desc from_md_, to_md_;

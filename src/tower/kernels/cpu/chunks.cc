@@ -129,11 +129,10 @@ class ChunkedKernel : public Kernel {
   Layout layout_of(bool is_output, int index) const {
     for (const Arg& arg : args_)
       if (arg.is_output == is_output && arg.index == index)
-        return arg.flipped_filter ? flipped_filter_layout(arg.md)
-                                  : to_layout(chunks_ > 1 && arg.role == Role::rows
-                                                  ? *with_batch(arg.declared_md(), arg.shape[0])
-                                                  : arg.declared_md(),
-                                              arg.shape);
+        return to_layout(chunks_ > 1 && arg.role == Role::rows
+                             ? *with_batch(arg.declared_md(), arg.shape[0])
+                             : arg.declared_md(),
+                         arg.shape);
     return {};
   }
 

@@ -31,7 +31,6 @@ struct Arg {
   dnnl::memory::desc md;
   Role role = Role::whole;
   std::optional<dnnl::memory::desc> layout_md;
-  bool flipped_filter = false;  // the kernel reads the filter flipped (flipped_filter_layout)
   // The layout the kernel declares for the tensor.
   const dnnl::memory::desc& declared_md() const { return layout_md ? *layout_md : md; }
 };

@@ -76,12 +76,13 @@ dnnl::convolution_forward::primitive_desc forward_pd(const Shape& x, const Shape
 // the chunks of 16 images of a 2-thread team: 0.85 against 1.12 ms with 16 channels, 0.74 against
 // 0.82 with 32, 0.72 against 0.80 with 64. Only there: under AVX-512 they are 2 to 6% slower, and
 // 5x5 filters or lenet's 32 -> 64 channels gain nothing. So: AVX2, fp32, 3x3, the same channels
-// on both sides, 16 or more in whole blocks of 8.
+// on both sides, 16 or more in whole blocks of 8, and a plain filter (a variable: the reorder
+// flips only that).
 bool forward_as_adjoint(const Shape& x, const Shape& w, const ops::Conv2DAttrs& a,
                         const KernelContext& context) {
-  if (cpu_isa() != CpuIsa::avx2 || context.precision != Precision::fp32 || a.strides[0] != 1 ||
-      a.strides[1] != 1 || x[0] == 0 || x[1] < 16 || w[0] != x[1] || x[1] % 8 != 0 || w[2] != 3 ||
-      w[3] != 3)
+  if (cpu_isa() != CpuIsa::avx2 || context.precision != Precision::fp32 ||
+      !context.input_layout(1).is_plain() || a.strides[0] != 1 || a.strides[1] != 1 || x[0] == 0 ||
+      x[1] < 16 || w[0] != x[1] || x[1] % 8 != 0 || w[2] != 3 || w[3] != 3)
     return false;
   const ConvGeometry g = geometry(x, w, a);
   return g.padding_l == memory::dims{1, 1} && g.padding_r == memory::dims{1, 1};
@@ -144,9 +145,10 @@ TOWER_CPU_VARIANTS(conv_epilogue,
 // (bias, the output's previous contents added, ReLU: the forward kernels' post-ops) applied by a
 // loop right after its convolution, while the chunk is in cache, with the roundings of the kernels
 // apart (y + b, then + the previous contents, then ReLU), so that a fused Conv2D+BiasAdd+Relu
-// keeps the bits of its nodes run one by one. The chunks (16 images, or fewer that divide the
-// batch) are the tasks; with the output's previous contents added, a chunk's convolution goes to
-// its thread's scratch first.
+// keeps the bits of its nodes run one by one. The chunks (the most images, up to 16, that divide
+// the batch and whose output fits in 512 KB) are the tasks, on any thread count the same bits;
+// with the output's previous contents added, a chunk's convolution goes to its thread's scratch
+// first.
 class AdjointConv final : public Kernel {
  public:
   static std::unique_ptr<Kernel> make(const Node& node, const KernelContext& context,

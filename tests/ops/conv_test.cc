@@ -84,17 +84,21 @@ TEST(Conv2DTest, ForwardMatchesReferenceOnCifarShape) {
 }
 
 // f32 central differences with eps 1e-3 on sums of ~100 products: 1e-2 relative leaves room for
-// rounding (the errors seen are ~1e-3).
+// rounding (the errors seen are ~1e-3). Random x and w from seeds `seed` and `seed + 1`.
+void check_conv_gradients(const ConvCase& c, uint64_t seed) {
+  testing::check_gradients(
+      [&](const Scope& s, const std::vector<Value>& in) {
+        return ops::conv2d(s, in[0], in[1], c.attrs);
+      },
+      testing::tensor_list(random_tensor(c.x, seed), random_tensor(c.w, seed + 1)),
+      {.tolerance = 1e-2});
+}
+
 TEST(Conv2DTest, GradientsMatchFiniteDifferences) {
   uint64_t seed = 100;
   for (const ConvCase& c : kCases) {
     SCOPED_TRACE(c.x.to_string() + " * " + c.w.to_string());
-    testing::check_gradients(
-        [&](const Scope& s, const std::vector<Value>& in) {
-          return ops::conv2d(s, in[0], in[1], c.attrs);
-        },
-        testing::tensor_list(random_tensor(c.x, seed), random_tensor(c.w, seed + 1)),
-        {.tolerance = 1e-2});
+    check_conv_gradients(c, seed);
     seed += 2;
   }
 }
@@ -191,12 +195,7 @@ TEST(Conv2DTest, SameConvolutionsWithManyChannelsMatchReference) {
                 1e-5)
           << "run " << run;
     }
-    testing::check_gradients(
-        [&](const Scope& s2, const std::vector<Value>& in) {
-          return ops::conv2d(s2, in[0], in[1], c.attrs);
-        },
-        testing::tensor_list(random_tensor(c.x, seed), random_tensor(c.w, seed + 1)),
-        {.tolerance = 1e-2});
+    check_conv_gradients(c, seed);
     seed += 2;
   }
 }

@@ -62,6 +62,36 @@ TEST(MemoryPlanTest, ReshapedBufferLivesUntilItsLastReader) {
   }
 }
 
+// Feeds `input` to x in every program and runs it.
+void run_with(std::initializer_list<Program*> programs, Value x, const Tensor& input) {
+  for (Program* p : programs) {
+    p->input(x).copy_from(input);
+    p->run();
+  }
+}
+
+// a + b, element by element.
+std::vector<float> sum_of(const Tensor& a, const Tensor& b) {
+  std::vector<float> sum = a.to_vector<float>();
+  for (size_t i = 0; i < sum.size(); ++i) sum[i] += b.data<float>()[i];
+  return sum;
+}
+
+// got within f32 rounding of want, which holds a real sum (some value above 0.5), not zeros.
+void expect_sums_near(const Tensor& got, const std::vector<float>& want) {
+  ASSERT_EQ(got.numel(), static_cast<int64_t>(want.size()));
+  for (size_t i = 0; i < want.size(); ++i)
+    ASSERT_NEAR(got.data<float>()[i], want[i], 1e-5f * (1 + std::abs(want[i]))) << i;
+  EXPECT_GT(*std::max_element(want.begin(), want.end()), 0.5f);
+}
+
+// relu(conv_bn(x) + shortcut) with the projection shortcut = conv_bn(x) (inference batch norms):
+// a residual block's end, whose sum is one Conv2D+FusedBatchNorm+Add+Relu.
+Value residual_block(const Scope& s, Value x, const std::string& name, Value* shortcut) {
+  *shortcut = testing::conv_inference_batch_norm(s, "shortcut", x);
+  return ops::relu(s, ops::add(s, testing::conv_inference_batch_norm(s, name, x), *shortcut));
+}
+
 // A residual block's end in inference, Conv2D+FusedBatchNorm+Add+Relu: the residual (the
 // projection's output) is read by nothing else, so the output is written over it instead of into
 // a copy of it. Fetching the residual too keeps it apart (other layouts, so other last bits).
@@ -69,8 +99,8 @@ TEST(MemoryPlanTest, AResidualReadByNothingElseIsTheOutput) {
   Graph graph;
   Scope s(graph);
   Value x = s.placeholder("x", Shape{2, 8, 6, 6});
-  Value shortcut = testing::conv_inference_batch_norm(s, "shortcut", x);
-  Value y = ops::relu(s, ops::add(s, testing::conv_inference_batch_norm(s, "h", x), shortcut));
+  Value shortcut;
+  Value y = residual_block(s, x, "h", &shortcut);
   VariableStore variables;
   variables.initialize(graph, 5);
   const Tensor input = testing::random_tensor(Shape{2, 8, 6, 6}, 6);
@@ -78,29 +108,13 @@ TEST(MemoryPlanTest, AResidualReadByNothingElseIsTheOutput) {
   Program apart(graph, {y, shortcut}, variables, {Device{}, 1});
   ASSERT_EQ(in_place.stats().fused_nodes, apart.stats().fused_nodes);
   EXPECT_EQ(in_place.stats().in_place, 1);
-  for (Program* p : {&in_place, &apart}) {
-    p->input(x).copy_from(input);
-    p->run();
-  }
-  const float* got = in_place.output(0).data<float>();
-  const float* want = apart.output(0).data<float>();
-  float largest = 0;
-  for (int64_t i = 0; i < apart.output(0).numel(); ++i) {
-    ASSERT_NEAR(got[i], want[i], 1e-5f * (1 + std::abs(want[i]))) << i;
-    largest = std::max(largest, want[i]);
-  }
-  EXPECT_GT(largest, 0.5f);  // a real sum, not zeros
   // Read again after the Add: not in place, or the second read would see the output.
   Value again = ops::add(s, y, shortcut);
   Program later(graph, {again}, variables, {Device{}, 1});
   EXPECT_EQ(later.stats().in_place, 0);
-  later.input(x).copy_from(input);
-  later.run();
-  const float* residual = apart.output(1).data<float>();
-  for (int64_t i = 0; i < apart.output(0).numel(); ++i)
-    ASSERT_NEAR(later.output(0).data<float>()[i], want[i] + residual[i],
-                1e-5f * (1 + std::abs(want[i] + residual[i])))
-        << i;
+  run_with({&in_place, &apart, &later}, x, input);
+  expect_sums_near(in_place.output(0), apart.output(0).to_vector<float>());
+  expect_sums_near(later.output(0), sum_of(apart.output(0), apart.output(1)));
 }
 
 // Two residual blocks in a row: the second sum's residual is the first sum, itself written in
@@ -110,8 +124,8 @@ TEST(MemoryPlanTest, AChainOfResidualSumsSharesOneBuffer) {
   Graph graph;
   Scope s(graph);
   Value x = s.placeholder("x", Shape{2, 8, 6, 6});
-  Value shortcut = testing::conv_inference_batch_norm(s, "shortcut", x);
-  Value y1 = ops::relu(s, ops::add(s, testing::conv_inference_batch_norm(s, "h1", x), shortcut));
+  Value shortcut;
+  Value y1 = residual_block(s, x, "h1", &shortcut);
   // (Two convolutions, as in a residual block: the first reads y1 apart from the sum.)
   Value h2 = ops::relu(s, testing::conv_inference_batch_norm(s, "h2a", y1));
   Value y2 = ops::relu(s, ops::add(s, testing::conv_inference_batch_norm(s, "h2b", h2), y1));
@@ -127,20 +141,9 @@ TEST(MemoryPlanTest, AChainOfResidualSumsSharesOneBuffer) {
   EXPECT_EQ(chain.stats().in_place, 2);
   EXPECT_EQ(read_again.stats().in_place, 1);
   EXPECT_EQ(apart.stats().in_place, 0);
-  for (Program* p : {&chain, &read_again, &apart}) {
-    p->input(x).copy_from(input);
-    p->run();
-  }
-  const float* want = apart.output(0).data<float>();
-  const float* first = apart.output(1).data<float>();
-  float largest = 0;
-  for (int64_t i = 0; i < apart.output(0).numel(); ++i) {
-    ASSERT_NEAR(chain.output(0).data<float>()[i], want[i], 1e-5f * (1 + std::abs(want[i]))) << i;
-    const float sum = want[i] + first[i];
-    ASSERT_NEAR(read_again.output(0).data<float>()[i], sum, 1e-5f * (1 + std::abs(sum))) << i;
-    largest = std::max(largest, want[i]);
-  }
-  EXPECT_GT(largest, 0.5f);
+  run_with({&chain, &read_again, &apart}, x, input);
+  expect_sums_near(chain.output(0), apart.output(0).to_vector<float>());
+  expect_sums_near(read_again.output(0), sum_of(apart.output(0), apart.output(1)));
 }
 
 bool overlap_in_time(const MemoryBlock& a, const MemoryBlock& b) {

@@ -3,8 +3,11 @@
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "testing/gradient_check.h"
 #include "testing/reference_math.h"
+#include "tower/ops/activation.h"
 
 // Tolerances. Forward: elementwise ops are exact up to float rounding (rtol 1e-6); sums are
 // accumulated in double by the kernels and compared with rtol 1e-5. Gradients (central
@@ -116,6 +119,47 @@ TEST(MathTest, ScaleSquareAndAddN) {
       testing::tensors(random_tensor(Shape{2, 3}, 9), random_tensor(Shape{2, 3}, 10),
                        random_tensor(Shape{2, 3}, 11)),
       tol);
+}
+
+// The residual fusions (Add+Relu; AddN+ReluGrad of two gradients), vector loops with a scalar
+// tail: the bits of the kernels apart, on a size that 8 does not divide and one of several blocks,
+// with zeros, negative zeros and ReLU outputs of exactly 0 among the inputs.
+TEST(MathTest, ResidualSumsWithTheirReluKeepTheBitsOfTheKernelsApart) {
+  for (const Shape& shape : {Shape{3, 5, 7}, Shape{5, 4099}}) {
+    SCOPED_TRACE(shape.to_string());
+    Graph graph;
+    Scope s(graph);
+    Value a = s.placeholder("a", shape), b = s.placeholder("b", shape);
+    Value r = s.placeholder("r", shape);
+    Value y = ops::relu(s, ops::add(s, a, b));
+    Value g = ops::relu_grad(s, ops::add_n(s, {a, b}), r);
+    std::vector<Tensor> values;
+    for (uint64_t seed : {1, 2, 3}) {
+      Tensor t = testing::random_tensor(shape, seed);
+      float* p = t.data<float>();
+      for (int64_t i = 0; i < t.numel(); i += 5) p[i] = i % 2 ? 0.0f : -0.0f;
+      values.push_back(std::move(t));
+    }
+    std::vector<std::vector<Tensor>> outputs;
+    for (bool fuse : {false, true}) {
+      ProgramOptions options{Device{}, 2};
+      options.fuse = fuse;
+      VariableStore variables;
+      Program program(graph, {y, g}, variables, options);
+      EXPECT_EQ(program.stats().fused_nodes, fuse ? 2 : 0);
+      program.input(a).copy_from(values[0]);
+      program.input(b).copy_from(values[1]);
+      program.input(r).copy_from(values[2]);
+      program.run();
+      outputs.emplace_back();
+      for (int k = 0; k < 2; ++k) outputs.back().push_back(program.output(k).clone());
+    }
+    for (size_t k = 0; k < 2; ++k)
+      EXPECT_EQ(
+          std::memcmp(outputs[0][k].raw_data(), outputs[1][k].raw_data(), outputs[0][k].nbytes()),
+          0)
+          << (k == 0 ? "Add+Relu" : "AddN+ReluGrad");
+  }
 }
 
 TEST(MathTest, ReduceSumOverAxesMatchesReference) {

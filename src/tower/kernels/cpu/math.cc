@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "tower/kernels/cpu/clones.h"
 #include "tower/kernels/kernel.h"
 
 namespace tower::cpu {
@@ -173,15 +174,52 @@ KernelRegistrar square_kernel{"Square", DeviceKind::cpu,
                                 unary(io, [](float x) { return x * x; });
                               })};
 
+// The residual fusions' loop, in vectors of 8, with s = a[i] + b[i]: y[i] = s > 0 ? s : 0 (mask
+// null: the forward Add+Relu, as oneDNN's ReLU), or y[i] = mask[i] > 0 ? s : 0 * s (the
+// gradients' ReluGrad, as oneDNN's, whose masked lanes are alpha * dy: -0 where s < 0).
+TOWER_ALWAYS_INLINE void add_two_relu_body(const float* a, const float* b, const float* mask,
+                                           float* y, int64_t n) {
+  using F = Vectors<8>::F;
+  int64_t i = 0;
+  for (F va, vb, vm; i + 8 <= n; i += 8) {
+    load(va, a + i);
+    load(vb, b + i);
+    const F sum = va + vb;
+    if (mask == nullptr) {
+      store(y + i, sum > F{} ? sum : F{});
+      continue;
+    }
+    load(vm, mask + i);
+    store(y + i, vm > F{} ? sum : sum * F{});
+  }
+  for (; i < n; ++i) {
+    const float sum = a[i] + b[i];
+    if (mask == nullptr)
+      y[i] = sum > 0.0f ? sum : 0.0f;
+    else
+      y[i] = mask[i] > 0.0f ? sum : sum * 0.0f;
+  }
+}
+TOWER_CPU_VARIANTS(add_two_relu,
+                   (const float* a, const float* b, const float* mask, float* y, int64_t n),
+                   (a, b, mask, y, n))
+
 // Add+Relu, the runtime's fusion of a residual sum with the ReLU after it: one pass, rounded as
 // the kernels apart (the sum, then s > 0 ? s : 0, as oneDNN's ReLU).
-KernelRegistrar add_relu_kernel{"Add+Relu", DeviceKind::cpu,
-                                any_layout_kernel([](const Node&, const KernelIO& io) {
-                                  binary(io, [](float a, float b) {
-                                    const float s = a + b;
-                                    return s > 0.0f ? s : 0.0f;
-                                  });
-                                })};
+KernelRegistrar add_relu_kernel{
+    "Add+Relu", DeviceKind::cpu, any_layout_kernel([](const Node&, const KernelIO& io) {
+      if (io.inputs[1].numel() != io.inputs[0].numel())
+        return binary(io, [](float a, float b) {
+          const float s = a + b;
+          return s > 0.0f ? s : 0.0f;
+        });
+      const float* a = io.inputs[0].data<float>();
+      const float* b = io.inputs[1].data<float>();
+      float* y = output(io);
+      for_blocks(io.outputs[0].numel(), [&](int64_t begin, int64_t end) {
+        add_two_relu(a + begin, b + begin, nullptr, y + begin, end - begin);
+      });
+    })};
 
 // y[begin, end) = the first `count` inputs summed in input order, element by element: the result
 // does not depend on threads.
@@ -203,15 +241,20 @@ KernelRegistrar add_n_kernel{"AddN", DeviceKind::cpu,
                              })};
 // AddN+ReluGrad, the runtime's fusion of the gradients of a ReLU's output summed (two branches
 // of a residual network) with the ReLU's gradient: inputs (the gradients..., the ReLU's output
-// r); the sum where r > 0, else 0, in one pass with the kernels' roundings.
+// r); the sum where r > 0, else 0 times it, in one pass with the kernels' roundings.
 KernelRegistrar add_n_relu_grad_kernel{
     "AddN+ReluGrad", DeviceKind::cpu, any_layout_kernel([](const Node&, const KernelIO& io) {
       float* y = output(io);
       const size_t count = io.inputs.size() - 1;
       const float* r = io.inputs[count].data<float>();
       for_blocks(io.outputs[0].numel(), [&](int64_t begin, int64_t end) {
+        if (count == 2) {
+          add_two_relu(io.inputs[0].data<float>() + begin, io.inputs[1].data<float>() + begin,
+                       r + begin, y + begin, end - begin);
+          return;
+        }
         sum_in_order(io, count, begin, end, y);
-        for (int64_t i = begin; i < end; ++i) y[i] = r[i] > 0.0f ? y[i] : 0.0f;
+        for (int64_t i = begin; i < end; ++i) y[i] = r[i] > 0.0f ? y[i] : y[i] * 0.0f;
       });
     })};
 

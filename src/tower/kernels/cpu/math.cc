@@ -204,15 +204,11 @@ TOWER_CPU_VARIANTS(add_two_relu,
                    (const float* a, const float* b, const float* mask, float* y, int64_t n),
                    (a, b, mask, y, n))
 
-// Add+Relu, the runtime's fusion of a residual sum with the ReLU after it: one pass, rounded as
-// the kernels apart (the sum, then s > 0 ? s : 0, as oneDNN's ReLU).
+// Add+Relu, the runtime's fusion of a residual sum with the ReLU after it (inputs of one shape:
+// fusion.cc's rule): one pass, rounded as the kernels apart (the sum, then s > 0 ? s : 0, as
+// oneDNN's ReLU).
 KernelRegistrar add_relu_kernel{
     "Add+Relu", DeviceKind::cpu, any_layout_kernel([](const Node&, const KernelIO& io) {
-      if (io.inputs[1].numel() != io.inputs[0].numel())
-        return binary(io, [](float a, float b) {
-          const float s = a + b;
-          return s > 0.0f ? s : 0.0f;
-        });
       const float* a = io.inputs[0].data<float>();
       const float* b = io.inputs[1].data<float>();
       float* y = output(io);

@@ -9,6 +9,7 @@
 #include "testing/gradient_check.h"
 #include "testing/reference_nn.h"
 #include "tower/core/device.h"
+#include "tower/kernels/cpu/conv.h"
 #include "tower/ops/activation.h"
 #include "tower/ops/bias.h"
 #include "tower/ops/math.h"
@@ -202,8 +203,9 @@ TEST(Conv2DTest, SameConvolutionsWithManyChannelsMatchReference) {
 
 // The same convolutions with a bias and ReLU after them, run as one kernel (Conv2D+BiasAdd+Relu)
 // and as three, on one thread and on two, with a batch that 16 does not divide: the reference's
-// values; under AVX2 (the backward-data convolution in chunks of images, each chunk's bias and
-// ReLU added by a loop right after it, chunks as tasks) the same bits fused and apart.
+// values; where the adjoint runs (AVX2, AVX-512 on AMD: the backward-data convolution in chunks of
+// images, each chunk's bias and ReLU added by a loop right after it, chunks as tasks) the same
+// bits fused and apart.
 TEST(Conv2DTest, SameConvolutionsKeepTheirBitsFusedWithBiasAndRelu) {
   const Conv2DAttrs same{{1, 1}, Padding::same};
   for (const Shape& xs : {Shape{6, 16, 7, 5}, Shape{32, 24, 6, 6}}) {
@@ -238,7 +240,9 @@ TEST(Conv2DTest, SameConvolutionsKeepTheirBitsFusedWithBiasAndRelu) {
       }
       EXPECT_LE(testing::max_relative_error(outputs[1], want), 1e-5) << threads << " threads";
       EXPECT_LE(testing::max_relative_error(outputs[0], want), 1e-5) << threads << " threads";
-      if (cpu_isa() == CpuIsa::avx2) {  // (oneDNN's own post-ops round otherwise)
+      // (oneDNN's own post-ops round otherwise, as where the channels do not fill the blocks)
+      const int64_t lanes = cpu_isa() == CpuIsa::avx2 ? 8 : 16;
+      if (cpu::adjoint_conv_pays() && xs[1] % lanes == 0) {
         EXPECT_EQ(std::memcmp(outputs[1].raw_data(), outputs[0].raw_data(), outputs[0].nbytes()), 0)
             << "fused and apart differ on " << threads << " threads";
       }

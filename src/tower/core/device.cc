@@ -61,6 +61,7 @@ namespace {
 
 struct CpuModel {
   std::string name;
+  bool amd = false;
   CpuIsa isa = CpuIsa::baseline;
 };
 
@@ -75,6 +76,8 @@ CpuModel read_cpu_model() {
       auto p = line.find(':');
       if (p != std::string::npos) model.name = line.substr(p + 2);
     }
+    if (line.rfind("vendor_id", 0) == 0)
+      model.amd |= line.find("AuthenticAMD") != std::string::npos;
     if (line.rfind("flags", 0) == 0) {
       std::istringstream words(line.substr(line.find(':') + 1));
       std::string w;
@@ -175,6 +178,7 @@ CpuInfo cpu_info() {
   if (sched_getaffinity(0, sizeof(set), &set) == 0) info.num_cores = CPU_COUNT(&set);
   if (info.num_cores <= 0) info.num_cores = 1;
   info.model_name = cpu_model().name;
+  info.amd = cpu_model().amd;
   const CpuIsa isa = cpu_isa();
   info.avx2 = isa >= CpuIsa::avx2;
   info.avx512f = isa >= CpuIsa::avx512;

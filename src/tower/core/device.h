@@ -45,6 +45,7 @@ struct CpuInfo {
   int num_cores = 1;       // hardware threads tower may use
   std::string model_name;  // from /proc/cpuinfo, or "" if unknown
   bool avx2 = false, avx512f = false, avx512_bf16 = false, amx = false;
+  bool amd = false;  // an AMD CPU (vendor_id AuthenticAMD): some kernel choices follow the vendor
 };
 CpuInfo cpu_info();
 

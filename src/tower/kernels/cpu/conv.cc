@@ -68,19 +68,29 @@ dnnl::convolution_forward::primitive_desc forward_pd(const Shape& x, const Shape
           attr, engine()};
 }
 
+}  // namespace
+
+bool adjoint_conv_pays() {
+  const CpuIsa isa = cpu_isa();
+  return isa == CpuIsa::avx2 || (isa >= CpuIsa::avx512 && cpu_info().amd);
+}
+
+namespace {
+
 // Whether a convolution runs as the backward-data convolution of its flipped filter: y = conv(x,
 // w) with stride 1 and padding (K - 1) / 2 on both sides of an odd K is the input gradient that
 // a convolution by v from y's shape to x's (flipped_filter_layout: w's channel dimensions
-// swapped, its rows and columns reversed) gives for the output gradient x. Under AVX2, oneDNN
-// 2.6's backward-data kernels run ResNet-20's 3x3 convolutions faster than its forward ones, in
-// the chunks of 16 images of a 2-thread team: 0.85 against 1.12 ms with 16 channels, 0.74 against
-// 0.82 with 32, 0.72 against 0.80 with 64. Only there: under AVX-512 they are 2 to 6% slower, and
-// 5x5 filters or lenet's 32 -> 64 channels gain nothing. So: AVX2, fp32, 3x3, the same channels
-// on both sides, 16 or more in whole blocks of 8, and a plain filter (a variable: the reorder
-// flips only that).
+// swapped, its rows and columns reversed) gives for the output gradient x. oneDNN 2.6's
+// backward-data kernels run ResNet-20's 3x3 convolutions faster than its forward ones under AVX2
+// (in the chunks of 16 images of a 2-thread team: 0.85 against 1.12 ms with 16 channels, 0.74
+// against 0.82 with 32, 0.72 against 0.80 with 64), and under AVX-512 on an AMD Zen 5 (2 x 0.186
+// against 0.520 ms with 16 channels, 2 to 4% less with 32 and 64), but not under AVX-512 on an
+// Intel Sapphire Rapids (2 to 6% slower): adjoint_conv_pays(). 5x5 filters or lenet's 32 -> 64
+// channels gain nothing. So: fp32, 3x3, the same channels on both sides, 16 or more in whole
+// blocks of 8, and a plain filter (a variable: the reorder flips only that).
 bool forward_as_adjoint(const Shape& x, const Shape& w, const ops::Conv2DAttrs& a,
                         const KernelContext& context) {
-  if (cpu_isa() != CpuIsa::avx2 || context.precision != Precision::fp32 ||
+  if (!adjoint_conv_pays() || context.precision != Precision::fp32 ||
       !context.input_layout(1).is_plain() || a.strides[0] != 1 || a.strides[1] != 1 || x[0] == 0 ||
       x[1] < 16 || w[0] != x[1] || x[1] % 8 != 0 || w[2] != 3 || w[3] != 3)
     return false;

@@ -17,6 +17,10 @@ struct ConvEpilogue {
 // chunks on a team (chunks.h).
 std::unique_ptr<Kernel> make_conv2d_with(const Node& node, const KernelContext& context,
                                          ConvEpilogue epilogue);
+// Whether a 3x3 stride-1 SAME fp32 convolution with the same 16 or more channels on both sides
+// runs as the backward-data convolution of its flipped filter (AdjointConv in conv.cc): under
+// AVX2, and under AVX-512 on AMD CPUs, where oneDNN 2.6's backward-data kernel is the faster one.
+bool adjoint_conv_pays();
 // The filter gradient (Conv2DBackpropFilter[+BiasAddGrad] with `bias`) of a convolution with few
 // input channels, hand-written (conv_filter_grad.cc); null where it does not apply.
 std::unique_ptr<Kernel> make_small_filter_grad(const Node& node, const KernelContext& context,

@@ -86,13 +86,15 @@ TEST(Conv2DTest, ForwardMatchesReferenceOnCifarShape) {
 
 // f32 central differences with eps 1e-3 on sums of ~100 products: 1e-2 relative leaves room for
 // rounding (the errors seen are ~1e-3). Random x and w from seeds `seed` and `seed + 1`.
+// The convolution is linear in each input, so a central difference is exact at any step: a large
+// one keeps the rounding of the forward kernel (Winograd's, 6e-5 of the output) out of it.
 void check_conv_gradients(const ConvCase& c, uint64_t seed) {
   testing::check_gradients(
       [&](const Scope& s, const std::vector<Value>& in) {
         return ops::conv2d(s, in[0], in[1], c.attrs);
       },
       testing::tensor_list(random_tensor(c.x, seed), random_tensor(c.w, seed + 1)),
-      {.tolerance = 1e-2});
+      {.eps = 0.1, .tolerance = 1e-2});
 }
 
 TEST(Conv2DTest, GradientsMatchFiniteDifferences) {
@@ -165,14 +167,18 @@ TEST(Conv2DTest, EmptyBatch) {
 }
 
 // Stride 1, 3x3 filters, SAME padding and the same 16 channels or more on both sides: under AVX2
-// the forward convolution runs as the backward-data convolution of its flipped filter (conv.cc).
-// Its values match the reference and its gradients finite differences; one program run with a
-// second filter flips that one (the flip is redone every run, as a variable's update requires).
+// (and AVX-512 on AMD) the forward convolution runs as the backward-data convolution of its
+// flipped filter; under AVX-512 on AMD, with 32 channels or more in blocks of 16, all three passes
+// run oneDNN's Winograd kernels instead (conv.cc). Its values match the reference and its gradients
+// finite differences; one program run with a second filter flips that one (the flip is redone
+// every run, as a variable's update requires).
 TEST(Conv2DTest, SameConvolutionsWithManyChannelsMatchReference) {
   const ConvCase cases[] = {
       {{2, 16, 9, 7}, {16, 16, 3, 3}, {{1, 1}, Padding::same}},
       {{3, 24, 6, 6}, {24, 24, 3, 3}, {{1, 1}, Padding::same}},
       {{2, 32, 5, 8}, {32, 32, 3, 3}, {{1, 1}, Padding::same}},
+      {{3, 64, 8, 8}, {64, 64, 3, 3}, {{1, 1}, Padding::same}},
+      {{2, 32, 7, 9}, {48, 32, 3, 3}, {{1, 1}, Padding::same}},
       {{3, 16, 6, 6}, {24, 16, 5, 5}, {{1, 1}, Padding::same}},  // (the forward kernel)
   };
   uint64_t seed = 300;
@@ -191,9 +197,10 @@ TEST(Conv2DTest, SameConvolutionsWithManyChannelsMatchReference) {
       const Tensor wv = random_tensor(c.w, seed++);
       program.input(w).copy_from(wv);
       program.run();
+      // (oneDNN's Winograd F(4x4, 3x3) rounds its transforms: within 6e-5 here; direct 1e-6)
       EXPECT_LE(testing::max_relative_error(program.output(0),
                                             testing::conv2d_reference(xv, wv, c.attrs)),
-                1e-5)
+                c.x[1] >= 32 ? 1e-4 : 1e-5)
           << "run " << run;
     }
     check_conv_gradients(c, seed);

@@ -2,14 +2,12 @@
 // (format_tag::any), which are much faster than plain NCHW for direct convolution, and declare
 // them as their input and output layouts: the runtime reorders only where a neighbour differs.
 // On a team of threads they run in batch chunks (chunks.h). In bf16 on AMX the filter gradient
-// runs as a forward convolution instead (FilterGradAsForward).
+// runs as a forward convolution instead (conv_filter_grad_amx.cc).
 #include "tower/ops/conv.h"
 
 #include <omp.h>
 
 #include <algorithm>
-#include <bit>
-#include <exception>
 #include <vector>
 
 #include "tower/core/device.h"
@@ -43,6 +41,37 @@ ConvGeometry geometry(const Shape& x, const Shape& w, const ops::Conv2DAttrs& a)
   return {{a.strides[0], a.strides[1]}, {ph.before, pw.before}, {ph.after, pw.after}};
 }
 
+// The algorithm of the convolution of x by w, for its three passes: oneDNN 2.6's Winograd
+// F(4x4, 3x3) (jit_wino_4x3) under AVX-512 on AMD CPUs, in fp32, for 3x3 stride-1 SAME filters
+// with 32 or more input and output channels in whole blocks of 16. On a Zen 5, one thread, chunks
+// of 16 images: 32 channels (16 x 16) forward 0.23 against 0.31 ms direct, backward-data 0.22
+// against 0.31, backward-weights 0.28 against 0.32; 64 channels (8 x 8) 0.20, 0.20 and 0.23
+// against 0.31, 0.30 and 0.32. With 16 channels it is 1.2 to 1.5 times slower than direct (and
+// AdjointConv faster still). Its outputs differ from direct's by about 6e-7 of their RMS
+// (measured at 32 and 64 channels; Conv2DTest.SameConvolutionsWithManyChannelsMatchReference
+// checks values and gradients). Intel CPUs, not measured, keep direct.
+dnnl::algorithm conv_algorithm(const Shape& x, const Shape& w, const ops::Conv2DAttrs& a,
+                               memory::data_type type) {
+  const auto direct = dnnl::algorithm::convolution_direct;
+  if (cpu_isa() < CpuIsa::avx512 || !cpu_info().amd || type != memory::data_type::f32 ||
+      a.strides[0] != 1 || a.strides[1] != 1 || w[2] != 3 || w[3] != 3 || x[1] < 32 || w[0] < 32 ||
+      x[1] % 16 != 0 || w[0] % 16 != 0)
+    return direct;
+  const ConvGeometry g = geometry(x, w, a);
+  const bool same = g.padding_l == memory::dims{1, 1} && g.padding_r == memory::dims{1, 1};
+  return same ? dnnl::algorithm::convolution_winograd : direct;
+}
+
+// make(alg), or make(direct) where oneDNN has no kernel of `alg` for the descriptor.
+template <typename F>
+auto with_algorithm(dnnl::algorithm alg, F&& make) -> decltype(make(alg)) {
+  if (alg != dnnl::algorithm::convolution_direct) try {
+      return make(alg);
+    } catch (const dnnl::error&) {
+    }
+  return make(dnnl::algorithm::convolution_direct);
+}
+
 // The forward descriptor, also the hint the backward primitives are built against. Fused
 // (Conv2D+BiasAdd[+Add][+Relu]): with a bias of `bias` channels (f32), the output's previous
 // contents added (sum post-op) and ReLU as post-ops.
@@ -52,20 +81,23 @@ dnnl::convolution_forward::primitive_desc forward_pd(const Shape& x, const Shape
                                                      ConvEpilogue epilogue = {}) {
   ConvGeometry g = geometry(x, w, a);
   const auto prop = dnnl::prop_kind::forward_training;
-  const auto alg = dnnl::algorithm::convolution_direct;
   dnnl::primitive_attr attr = user_scratchpad();
   dnnl::post_ops ops;
   if (epilogue.add_output) ops.append_sum(1.0f);
   if (epilogue.relu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
   if (ops.len() > 0) attr.set_post_ops(ops);
-  if (bias > 0)
-    return {dnnl::convolution_forward::desc(prop, alg, any_md(x, type), any_md(w, type),
-                                            plain_md(Shape{bias}), any_md(y), g.strides,
-                                            g.padding_l, g.padding_r),
-            attr, engine()};
-  return {dnnl::convolution_forward::desc(prop, alg, any_md(x, type), any_md(w, type), any_md(y),
-                                          g.strides, g.padding_l, g.padding_r),
-          attr, engine()};
+  return with_algorithm(
+      conv_algorithm(x, w, a, type),
+      [&](dnnl::algorithm alg) -> dnnl::convolution_forward::primitive_desc {
+        if (bias > 0)
+          return {dnnl::convolution_forward::desc(prop, alg, any_md(x, type), any_md(w, type),
+                                                  plain_md(Shape{bias}), any_md(y), g.strides,
+                                                  g.padding_l, g.padding_r),
+                  attr, engine()};
+        return {dnnl::convolution_forward::desc(prop, alg, any_md(x, type), any_md(w, type),
+                                                any_md(y), g.strides, g.padding_l, g.padding_r),
+                attr, engine()};
+      });
 }
 
 }  // namespace
@@ -87,7 +119,8 @@ namespace {
 // against 0.520 ms with 16 channels, 2 to 4% less with 32 and 64), but not under AVX-512 on an
 // Intel Sapphire Rapids (2 to 6% slower): adjoint_conv_pays(). 5x5 filters or lenet's 32 -> 64
 // channels gain nothing. So: fp32, 3x3, the same channels on both sides, 16 or more in whole
-// blocks of 8, and a plain filter (a variable: the reorder flips only that).
+// blocks of 8, and a plain filter (a variable: the reorder flips only that); not where the
+// Winograd kernels run (conv_algorithm).
 bool forward_as_adjoint(const Shape& x, const Shape& w, const ops::Conv2DAttrs& a,
                         const KernelContext& context) {
   if (!adjoint_conv_pays() || context.precision != Precision::fp32 ||
@@ -95,7 +128,8 @@ bool forward_as_adjoint(const Shape& x, const Shape& w, const ops::Conv2DAttrs& 
       x[1] < 16 || w[0] != x[1] || x[1] % 8 != 0 || w[2] != 3 || w[3] != 3)
     return false;
   const ConvGeometry g = geometry(x, w, a);
-  return g.padding_l == memory::dims{1, 1} && g.padding_r == memory::dims{1, 1};
+  return g.padding_l == memory::dims{1, 1} && g.padding_r == memory::dims{1, 1} &&
+         conv_algorithm(x, w, a, memory::data_type::f32) == dnnl::algorithm::convolution_direct;
 }
 
 // y = relu((conv + b) + y) over `planes` planes of `positions` x `block` lanes (block a multiple of
@@ -332,11 +366,13 @@ KernelRegistrar conv2d_backprop_input_kernel{
         const Shape xr = with_rows(x, rows), dyr = with_rows(dy, rows);
         auto pd = build(node, [&] {
           ConvGeometry g = geometry(x, w, a.conv);
-          dnnl::convolution_backward_data::desc desc(dnnl::algorithm::convolution_direct,
-                                                     any_md(xr), any_md(w, type), any_md(dyr, type),
-                                                     g.strides, g.padding_l, g.padding_r);
-          return dnnl::convolution_backward_data::primitive_desc(
-              desc, user_scratchpad(), engine(), forward_pd(xr, w, dyr, a.conv, type));
+          return with_algorithm(conv_algorithm(x, w, a.conv, type), [&](dnnl::algorithm alg) {
+            dnnl::convolution_backward_data::desc desc(alg, any_md(xr), any_md(w, type),
+                                                       any_md(dyr, type), g.strides, g.padding_l,
+                                                       g.padding_r);
+            return dnnl::convolution_backward_data::primitive_desc(
+                desc, user_scratchpad(), engine(), forward_pd(xr, w, dyr, a.conv, type));
+          });
         });
         return Built{
             dnnl::convolution_backward_data(pd), pd.scratchpad_desc(),
@@ -345,204 +381,6 @@ KernelRegistrar conv2d_backprop_input_kernel{
                              output_arg(DNNL_ARG_DIFF_SRC, x, pd.diff_src_desc(), Role::rows)}};
       });
     }};
-
-// The filter gradient as a forward convolution, for bf16 on AMX, where oneDNN 2.6's backward-
-// weights kernel is several times slower than its forward one. With stride 1, dw[o, i, r, s] = sum
-// over (n, p, q) of dy[n, o, p, q] * x[n, i, p + r, q + s] is the convolution of a "batch" of input
-// channels i, each an image of channels n (x with its first two dimensions swapped), by "filters"
-// dy (likewise), with x's padding; its output is the filter's size. Per chunk of up to 64 rows of
-// the batch (a task), two reorders swap the dimensions of x and dy into the convolution's layouts
-// and it writes the chunk's dw; finish_tasks adds the chunks in order (and the bias gradient,
-// summed per chunk from dy), so the bits do not depend on which thread ran which chunk.
-class FilterGradAsForward : public Kernel {
- public:
-  // Null where it does not apply (fp32, no AMX, strides, a batch that is neither <= 64 nor a
-  // multiple of 64), where oneDNN offers no AMX kernel for the shape, or where there are under 16
-  // input channels: the convolution's batch, too small a one for it to win (cifar10's conv1: 3,
-  // and swapping dy's dimensions costs more than the backward-weights kernel).
-  static std::unique_ptr<Kernel> make(const Node& node, const KernelContext& context,
-                                      const Shape& x, const Shape& w, const Shape& dy, bool bias) {
-    const auto& a = node.attr<ops::Conv2DBackpropAttrs>();
-    const int64_t batch = x[0];
-    const int64_t rows = batch <= 64 ? batch : 64;
-    if (context.precision != Precision::bf16 || !cpu_info().amx || x[1] < 16 ||
-        a.conv.strides[0] != 1 || a.conv.strides[1] != 1 || batch == 0 || batch % rows != 0)
-      return nullptr;
-    KernelThreadsScope one_thread(1);  // each chunk runs on one thread
-    ConvGeometry g = geometry(x, w, a.conv);
-    const memory::dim n = rows, ic = x[1], h = x[2], wd = x[3], oc = dy[1], oh = dy[2], ow = dy[3];
-    const auto bf16 = memory::data_type::bf16;
-    dnnl::convolution_forward::primitive_desc conv_pd;
-    try {
-      conv_pd = {dnnl::convolution_forward::desc(
-                     dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-                     memory::desc({ic, n, h, wd}, bf16, tag::nhwc),
-                     memory::desc({oc, n, oh, ow}, bf16, tag::any),
-                     memory::desc({ic, oc, w[2], w[3]}, memory::data_type::f32, tag::nhwc),
-                     g.strides, g.padding_l, g.padding_r),
-                 user_scratchpad(), engine()};
-    } catch (const dnnl::error&) {
-      return nullptr;
-    }
-    if (std::string(conv_pd.impl_info_str()).find("amx") == std::string::npos) return nullptr;
-    return std::unique_ptr<Kernel>(
-        new FilterGradAsForward(node, context, x, w, dy, bias, rows, std::move(conv_pd)));
-  }
-
-  size_t scratch_bytes() const override {
-    return slot_bytes_ * static_cast<size_t>(slots_) + part_bytes_ * static_cast<size_t>(chunks_);
-  }
-  Layout input_layout(int i) const override {
-    return to_layout(i == 0 ? x_md_ : dy_md_, i == 0 ? x_ : dy_);
-  }
-
-  void bind(const KernelIO& io) override {
-    char* scratch = static_cast<char*>(io.scratch);
-    auto* x = static_cast<char*>(const_cast<void*>(io.inputs[0].raw_data()));
-    auto* dy = static_cast<char*>(const_cast<void*>(io.inputs[1].raw_data()));
-    const size_t x_chunk = x_view_.get_size(), dy_chunk = dy_view_.get_size();
-    args_.assign(static_cast<size_t>(chunks_ * slots_), {});
-    for (int c = 0; c < chunks_; ++c) {
-      char* part = scratch + slot_bytes_ * static_cast<size_t>(slots_) +
-                   part_bytes_ * static_cast<size_t>(c);
-      for (int t = 0; t < slots_; ++t) {
-        char* slot = scratch + slot_bytes_ * static_cast<size_t>(t);
-        char* src = slot;
-        char* wei = src + align64(conv_pd_.src_desc().get_size());
-        char* pad = wei + align64(conv_pd_.weights_desc().get_size());
-        ChunkArgs& ca = args_[static_cast<size_t>(c * slots_ + t)];
-        ca.x = {{DNNL_ARG_FROM, memory(x_view_, engine(), x + x_chunk * static_cast<size_t>(c))},
-                {DNNL_ARG_TO, memory(conv_pd_.src_desc(), engine(), src)}};
-        ca.dy = {
-            {DNNL_ARG_FROM, memory(dy_view_, engine(), dy + dy_chunk * static_cast<size_t>(c))},
-            {DNNL_ARG_TO, memory(conv_pd_.weights_desc(), engine(), wei)}};
-        ca.conv = {{DNNL_ARG_SRC, ca.x[DNNL_ARG_TO]},
-                   {DNNL_ARG_WEIGHTS, ca.dy[DNNL_ARG_TO]},
-                   {DNNL_ARG_DST, memory(conv_pd_.dst_desc(), engine(), part)}};
-        add_scratchpad(ca.x, x_reorder_pd_.scratchpad_desc(), pad);
-        add_scratchpad(ca.dy, dy_reorder_pd_.scratchpad_desc(), pad);
-        add_scratchpad(ca.conv, conv_pd_.scratchpad_desc(), pad);
-        ca.dy_data = reinterpret_cast<const uint16_t*>(dy + dy_chunk * static_cast<size_t>(c));
-        ca.dw = reinterpret_cast<float*>(part);
-        ca.db = reinterpret_cast<float*>(part + align64(conv_pd_.dst_desc().get_size()));
-      }
-    }
-    dw_ = io.outputs[0].data<float>();
-    db_ = bias_ ? io.outputs[1].data<float>() : nullptr;
-  }
-
-  Tasks tasks() const override { return Tasks::split(chunks_); }
-  void run_task(const KernelIO&, int task, int member) override {
-    ChunkArgs& ca = args_[static_cast<size_t>(task * slots_ + member)];
-    execute(node_, x_reorder_, ca.x);
-    execute(node_, dy_reorder_, ca.dy);
-    execute(node_, conv_, ca.conv);
-    if (!bias_) return;
-    const int64_t oc = dy_[1], positions = rows_ * dy_[2] * dy_[3];
-    std::fill(ca.db, ca.db + oc, 0.0f);
-    for (int64_t p = 0; p < positions; ++p)
-      for (int64_t o = 0; o < oc; ++o)
-        ca.db[o] += std::bit_cast<float>(static_cast<uint32_t>(ca.dy_data[p * oc + o]) << 16);
-  }
-  // dw[o, i, r, s] = the chunks' sum of their [i, r, s, o]; db likewise.
-  void finish_tasks(const KernelIO&) override {
-    const int64_t oc = w_[0], ic = w_[1], kk = w_[2] * w_[3];
-#pragma omp parallel for num_threads(team_) schedule(static) if (oc * ic * kk > 65536)
-    for (int64_t o = 0; o < oc; ++o)
-      for (int c = 0; c < chunks_; ++c) {
-        const float* part = args_[static_cast<size_t>(c * slots_)].dw;
-        float* out = dw_ + o * ic * kk;
-        for (int64_t i = 0; i < ic; ++i)
-          for (int64_t k = 0; k < kk; ++k) {
-            const float v = part[(i * kk + k) * oc + o];
-            out[i * kk + k] = c == 0 ? v : out[i * kk + k] + v;
-          }
-      }
-    if (!bias_) return;
-    for (int64_t o = 0; o < oc; ++o) {
-      float sum = 0;
-      for (int c = 0; c < chunks_; ++c) sum += args_[static_cast<size_t>(c * slots_)].db[o];
-      db_[o] = sum;
-    }
-  }
-
-  void run(const KernelIO& io) override {
-    std::exception_ptr error;
-#pragma omp parallel for num_threads(team_) schedule(dynamic, 1)
-    for (int c = 0; c < chunks_; ++c) {
-      try {
-        run_task(io, c, omp_get_thread_num());
-      } catch (...) {
-#pragma omp critical(tower_filter_grad_error)
-        if (!error) error = std::current_exception();
-      }
-    }
-    if (error) std::rethrow_exception(error);
-    finish_tasks(io);
-  }
-
- private:
-  struct ChunkArgs {
-    std::unordered_map<int, memory> x, dy, conv;
-    const uint16_t* dy_data = nullptr;  // the chunk's dy (nhwc)
-    float* dw = nullptr;                // its filter gradient, [i, r, s, o]
-    float* db = nullptr;                // its bias gradient
-  };
-
-  FilterGradAsForward(const Node& node, const KernelContext& context, const Shape& x,
-                      const Shape& w, const Shape& dy, bool bias, int64_t rows,
-                      dnnl::convolution_forward::primitive_desc conv_pd)
-      : node_(node),
-        x_(x),
-        w_(w),
-        dy_(dy),
-        bias_(bias),
-        rows_(rows),
-        chunks_(static_cast<int>(x[0] / rows)),
-        team_(std::max(context.num_threads, 1)),
-        slots_(std::max(context.members, team_)),
-        conv_pd_(std::move(conv_pd)) {
-    const auto bf16 = memory::data_type::bf16;
-    x_md_ = memory::desc(to_dims(x), bf16, tag::nhwc);
-    dy_md_ = memory::desc(to_dims(dy), bf16, tag::nhwc);
-    // A chunk of x (nhwc) seen with its first two dimensions swapped; likewise dy.
-    const memory::dim ic = x[1], h = x[2], wd = x[3], oc = dy[1], oh = dy[2], ow = dy[3];
-    x_view_ = memory::desc({ic, rows, h, wd}, bf16, memory::dims{1, h * wd * ic, wd * ic, ic});
-    dy_view_ = memory::desc({oc, rows, oh, ow}, bf16, memory::dims{1, oh * ow * oc, ow * oc, oc});
-    x_reorder_pd_ = build(node, [&] {
-      return dnnl::reorder::primitive_desc(engine(), x_view_, engine(), conv_pd_.src_desc(),
-                                           user_scratchpad());
-    });
-    dy_reorder_pd_ = build(node, [&] {
-      return dnnl::reorder::primitive_desc(engine(), dy_view_, engine(), conv_pd_.weights_desc(),
-                                           user_scratchpad());
-    });
-    x_reorder_ = dnnl::reorder(x_reorder_pd_);
-    dy_reorder_ = dnnl::reorder(dy_reorder_pd_);
-    conv_ = dnnl::convolution_forward(conv_pd_);
-    const size_t pad = std::max({x_reorder_pd_.scratchpad_desc().get_size(),
-                                 dy_reorder_pd_.scratchpad_desc().get_size(),
-                                 conv_pd_.scratchpad_desc().get_size()});
-    slot_bytes_ = align64(conv_pd_.src_desc().get_size()) +
-                  align64(conv_pd_.weights_desc().get_size()) + align64(pad);
-    part_bytes_ = align64(conv_pd_.dst_desc().get_size()) +
-                  align64(static_cast<size_t>(dy[1]) * sizeof(float));
-  }
-
-  const Node& node_;
-  Shape x_, w_, dy_;
-  bool bias_;
-  int64_t rows_;
-  int chunks_, team_, slots_;
-  dnnl::convolution_forward::primitive_desc conv_pd_;
-  dnnl::reorder::primitive_desc x_reorder_pd_, dy_reorder_pd_;
-  dnnl::primitive conv_, x_reorder_, dy_reorder_;
-  memory::desc x_md_, dy_md_, x_view_, dy_view_;
-  size_t slot_bytes_ = 0, part_bytes_ = 0;
-  std::vector<ChunkArgs> args_;  // [chunk * slots_ + member]
-  float* dw_ = nullptr;
-  float* db_ = nullptr;
-};
 
 // inputs (x, dy) -> dw; and Conv2DBackpropFilter+BiasAddGrad (the runtime's fusion of the two
 // readers of dy) -> dw, db, the bias gradient summed by the same primitive.
@@ -555,21 +393,23 @@ std::unique_ptr<Kernel> make_conv2d_backprop_filter(const Node& node,
   const Shape& w = a.shape;
   const Shape& dy = node.inputs[1].shape();
   const Shape db{w[0]};
-  if (auto kernel = FilterGradAsForward::make(node, context, x, w, dy, kBias)) return kernel;
+  if (auto kernel = make_filter_grad_as_forward(node, context, kBias)) return kernel;
   if (auto kernel = make_small_filter_grad(node, context, kBias)) return kernel;
   return chunked(node, context, x[0], [&](int64_t rows) {
     const Shape xr = with_rows(x, rows), dyr = with_rows(dy, rows);
     auto pd = build(node, [&] {
       ConvGeometry g = geometry(x, w, a.conv);
-      auto desc = kBias ? dnnl::convolution_backward_weights::desc(
-                              dnnl::algorithm::convolution_direct, any_md(xr, type), any_md(w),
-                              plain_md(db), any_md(dyr, type), g.strides, g.padding_l, g.padding_r)
-                        : dnnl::convolution_backward_weights::desc(
-                              dnnl::algorithm::convolution_direct, any_md(xr, type), any_md(w),
-                              any_md(dyr, type), g.strides, g.padding_l, g.padding_r);
-      return dnnl::convolution_backward_weights::primitive_desc(
-          desc, user_scratchpad(), engine(),
-          forward_pd(xr, w, dyr, a.conv, type, kBias ? w[0] : 0));
+      return with_algorithm(conv_algorithm(x, w, a.conv, type), [&](dnnl::algorithm alg) {
+        auto desc = kBias ? dnnl::convolution_backward_weights::desc(
+                                alg, any_md(xr, type), any_md(w), plain_md(db), any_md(dyr, type),
+                                g.strides, g.padding_l, g.padding_r)
+                          : dnnl::convolution_backward_weights::desc(
+                                alg, any_md(xr, type), any_md(w), any_md(dyr, type), g.strides,
+                                g.padding_l, g.padding_r);
+        return dnnl::convolution_backward_weights::primitive_desc(
+            desc, user_scratchpad(), engine(),
+            forward_pd(xr, w, dyr, a.conv, type, kBias ? w[0] : 0));
+      });
     });
     std::vector<Arg> args = {
         input_arg(DNNL_ARG_SRC, 0, x, pd.src_desc(), Role::rows),

@@ -21,6 +21,10 @@ std::unique_ptr<Kernel> make_conv2d_with(const Node& node, const KernelContext& 
 // runs as the backward-data convolution of its flipped filter (AdjointConv in conv.cc): under
 // AVX2, and under AVX-512 on AMD CPUs, where oneDNN 2.6's backward-data kernel is the faster one.
 bool adjoint_conv_pays();
+// The filter gradient (Conv2DBackpropFilter[+BiasAddGrad] with `bias`) as a forward convolution
+// in bf16 on AMX (conv_filter_grad_amx.cc); null where it does not apply.
+std::unique_ptr<Kernel> make_filter_grad_as_forward(const Node& node, const KernelContext& context,
+                                                    bool bias);
 // The filter gradient (Conv2DBackpropFilter[+BiasAddGrad] with `bias`) of a convolution with few
 // input channels, hand-written (conv_filter_grad.cc); null where it does not apply.
 std::unique_ptr<Kernel> make_small_filter_grad(const Node& node, const KernelContext& context,

@@ -8,10 +8,12 @@
 #
 # Prints each JSON line on stderr and one row per configuration on stdout: images/s of both sides
 # and the ratio tower/TF (> 1: tower is faster), peak RSS of both, tower's GFLOP/s (its own FLOP
-# count: 2 per multiply-add of the convolutions and matmuls, forward and backward) and its share of
-# the peak of the cores it was given: fp32 = one core's measured FMA throughput
+# count: 2 per multiply-add of direct convolutions and matmuls, forward and backward) and its share
+# of the peak of the cores it was given: fp32 = one core's measured FMA throughput
 # (bench/e2e/fma_peak.c, built here with -march=native) x threads, or PEAK_FP32_GFLOPS_PER_CORE;
-# bf16 = 2 x fp32 where the CPU has AVX512_BF16, or PEAK_BF16_GFLOPS_PER_CORE.
+# bf16 = 2 x fp32 where the CPU has AVX512_BF16, or PEAK_BF16_GFLOPS_PER_CORE. Where the Winograd
+# kernels run (AVX-512 on AMD CPUs) fewer multiply-adds are made than counted, so the share can
+# pass 100%.
 #
 # Environment: THREADS="1 2" (default), MODES="train infer", PRECISIONS="fp32 bf16",
 # LOADS="quiet busy", REPEAT=2, STEPS="--steps 10 --windows 5" (both sides; TF also warms up 3

@@ -14,8 +14,8 @@
 # the CPU has bf16 instructions (AVX512-BF16 or AMX); elsewhere its bf16 rows show its fp32
 # figure, marked "tower fp32 (no bf16 on this CPU)".
 #
-# Peaks: fp32 = one core's measured FMA throughput (bench/e2e/fma_peak.c, built here with
-# -march=native) x threads, or PEAK_FP32_GFLOPS_PER_CORE; bf16 = 2 x fp32 where the CPU has
+# Peaks: fp32 = one core's measured FMA throughput (bench/e2e/fma_peak.c, built here for the
+# CPU or its AVX2 cap) x threads, or PEAK_FP32_GFLOPS_PER_CORE; bf16 = 2 x fp32 where the CPU has
 # AVX512_BF16 (two multiply-adds per fp32 lane), "-" otherwise (or PEAK_BF16_GFLOPS_PER_CORE).
 # towers: TF's are logical CPU devices; tower's are CPU towers (--num_devices). Inference is one
 # program in tower (its towers are for training), the batch split over the towers in TF.

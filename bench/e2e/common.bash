@@ -2,15 +2,22 @@
 # itself, so not *.sh: scripts/bench-all runs those).
 
 # PEAK_FP32 and PEAK_BF16, GFLOP/s per core: fp32 = one core's measured FMA throughput
-# (fma_peak.c, built with -march=native) or PEAK_FP32_GFLOPS_PER_CORE; bf16 = 2 x fp32 where the
-# CPU has AVX512_BF16, else 0, or PEAK_BF16_GFLOPS_PER_CORE.
+# (fma_peak.c, built with -march=native, or with -mavx2 -mfma under an AVX2 cap:
+# TOWER_MAX_CPU_ISA=avx2 or ONEDNN_MAX_CPU_ISA=AVX2) or PEAK_FP32_GFLOPS_PER_CORE; bf16 = 2 x
+# fp32 where the CPU has AVX512_BF16 and no cap hides it, else 0, or PEAK_BF16_GFLOPS_PER_CORE.
 measure_peaks() {
   mkdir -p build/bench
-  cc -O2 -march=native bench/e2e/fma_peak.c -o build/bench/fma_peak
+  local arch=-march=native avx2_cap=0
+  if [ "${TOWER_MAX_CPU_ISA:-}" = avx2 ] || [[ "${ONEDNN_MAX_CPU_ISA:-}" == AVX2* ]]; then
+    arch="-mavx2 -mfma"
+    avx2_cap=1
+  fi
+  # shellcheck disable=SC2086  # (two flags)
+  cc -O2 $arch bench/e2e/fma_peak.c -o build/bench/fma_peak
   PEAK_FP32=${PEAK_FP32_GFLOPS_PER_CORE:-$(build/bench/fma_peak)}
   if [ -n "${PEAK_BF16_GFLOPS_PER_CORE:-}" ]; then
     PEAK_BF16=$PEAK_BF16_GFLOPS_PER_CORE
-  elif grep -qw avx512_bf16 /proc/cpuinfo; then
+  elif [ "$avx2_cap" = 0 ] && grep -qw avx512_bf16 /proc/cpuinfo; then
     PEAK_BF16=$(python3 -c "print(2 * $PEAK_FP32)")
   else
     PEAK_BF16=0  # no bf16 arithmetic on this CPU

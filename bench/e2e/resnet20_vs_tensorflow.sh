@@ -10,8 +10,9 @@
 # and the ratio tower/TF (> 1: tower is faster), peak RSS of both, tower's GFLOP/s (its own FLOP
 # count: 2 per multiply-add of direct convolutions and matmuls, forward and backward) and its share
 # of the peak of the cores it was given: fp32 = one core's measured FMA throughput
-# (bench/e2e/fma_peak.c, built here with -march=native) x threads, or PEAK_FP32_GFLOPS_PER_CORE;
-# bf16 = 2 x fp32 where the CPU has AVX512_BF16, or PEAK_BF16_GFLOPS_PER_CORE. Where the Winograd
+# (bench/e2e/fma_peak.c, built here for the CPU or its AVX2 cap) x threads, or
+# PEAK_FP32_GFLOPS_PER_CORE; bf16 = 2 x fp32 where the CPU has AVX512_BF16, or
+# PEAK_BF16_GFLOPS_PER_CORE. Where the Winograd
 # kernels run (AVX-512 on AMD CPUs) fewer multiply-adds are made than counted, so the share can
 # pass 100%.
 #

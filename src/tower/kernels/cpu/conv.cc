@@ -47,9 +47,10 @@ ConvGeometry geometry(const Shape& x, const Shape& w, const ops::Conv2DAttrs& a)
 // of 16 images: 32 channels (16 x 16) forward 0.23 against 0.31 ms direct, backward-data 0.22
 // against 0.31, backward-weights 0.28 against 0.32; 64 channels (8 x 8) 0.20, 0.20 and 0.23
 // against 0.31, 0.30 and 0.32. With 16 channels it is 1.2 to 1.5 times slower than direct (and
-// AdjointConv faster still). Its outputs differ from direct's by about 6e-7 of their RMS
-// (measured at 32 and 64 channels; Conv2DTest.SameConvolutionsWithManyChannelsMatchReference
-// checks values and gradients). Intel CPUs, not measured, keep direct.
+// AdjointConv faster still). Its transforms round more: its outputs differ from direct's by
+// about 6e-7 of their RMS on ResNet-like data, and from the exact values by up to 6e-5 of
+// max(1, |y|) with 288 to 576 uniform terms (Conv2DTest.SameConvolutionsWithManyChannelsMatch-
+// Reference, values and gradients). Intel CPUs, not measured, keep direct.
 dnnl::algorithm conv_algorithm(const Shape& x, const Shape& w, const ops::Conv2DAttrs& a,
                                memory::data_type type) {
   const auto direct = dnnl::algorithm::convolution_direct;

@@ -1,5 +1,5 @@
-// The filter gradient as a forward convolution, for bf16 on AMX (conv.h's
-// make_filter_grad_as_forward; conv.cc runs the other filter gradients).
+// Conv2DBackpropFilter[+BiasAddGrad] in bf16 on AMX (conv.h's make_filter_grad_as_forward;
+// conv.cc builds the other filter gradients).
 #include <omp.h>
 
 #include <algorithm>

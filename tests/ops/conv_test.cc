@@ -210,12 +210,12 @@ TEST(Conv2DTest, SameConvolutionsWithManyChannelsMatchReference) {
 
 // The same convolutions with a bias and ReLU after them, run as one kernel (Conv2D+BiasAdd+Relu)
 // and as three, on one thread and on two, with a batch that 16 does not divide: the reference's
-// values; where the adjoint runs (AVX2, AVX-512 on AMD: the backward-data convolution in chunks of
-// images, each chunk's bias and ReLU added by a loop right after it, chunks as tasks) the same
-// bits fused and apart.
+// values; where tower's loops add the bias and ReLU (the adjoint: the backward-data convolution in
+// chunks of images, each chunk's epilogue right after it; Winograd under AVX2: each tile's) the
+// same bits fused and apart.
 TEST(Conv2DTest, SameConvolutionsKeepTheirBitsFusedWithBiasAndRelu) {
   const Conv2DAttrs same{{1, 1}, Padding::same};
-  for (const Shape& xs : {Shape{6, 16, 7, 5}, Shape{32, 24, 6, 6}}) {
+  for (const Shape& xs : {Shape{6, 16, 7, 5}, Shape{32, 24, 6, 6}, Shape{5, 32, 7, 6}}) {
     SCOPED_TRACE(xs.to_string());
     Graph graph;
     Scope s(graph);
@@ -245,11 +245,15 @@ TEST(Conv2DTest, SameConvolutionsKeepTheirBitsFusedWithBiasAndRelu) {
         program.run();
         outputs.push_back(program.output(0).clone());
       }
-      EXPECT_LE(testing::max_relative_error(outputs[1], want), 1e-5) << threads << " threads";
-      EXPECT_LE(testing::max_relative_error(outputs[0], want), 1e-5) << threads << " threads";
-      // (oneDNN's own post-ops round otherwise, as where the channels do not fill the blocks)
-      const int64_t lanes = cpu_isa() == CpuIsa::avx2 ? 8 : 16;
-      if (cpu::adjoint_conv_pays() && xs[1] % lanes == 0) {
+      const double bound = xs[1] >= 32 ? 1e-4 : 1e-5;  // (Winograd's transforms round)
+      EXPECT_LE(testing::max_relative_error(outputs[1], want), bound) << threads << " threads";
+      EXPECT_LE(testing::max_relative_error(outputs[0], want), bound) << threads << " threads";
+      // Where tower's own loops add the epilogue: under AVX2 (the adjoint, or Winograd from 32
+      // channels), and the adjoint's 16 channels on AVX-512 AMD CPUs. (oneDNN's own post-ops
+      // round otherwise, as where the channels do not fill the blocks.)
+      const bool own_epilogue =
+          cpu_isa() == CpuIsa::avx2 ? xs[1] % 8 == 0 : cpu::adjoint_conv_pays() && xs[1] == 16;
+      if (own_epilogue) {
         EXPECT_EQ(std::memcmp(outputs[1].raw_data(), outputs[0].raw_data(), outputs[0].nbytes()), 0)
             << "fused and apart differ on " << threads << " threads";
       }

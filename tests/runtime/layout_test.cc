@@ -178,10 +178,13 @@ TEST(LayoutTest, InferenceBatchNormFoldedIntoTheConvolutionKeepsResults) {
         .y;
   };
   Value h = ops::relu(s, conv_bn("a", images, 3, 24));
-  Value y = ops::relu(s, ops::add(s, conv_bn("b", h, 24, 24), h));
+  Value g = ops::relu(s, ops::add(s, conv_bn("b", h, 24, 24), h));
+  // 32 channels: the Winograd kernels (conv_winograd.cc under AVX2, oneDNN's on AVX-512 AMD)
+  Value k = ops::relu(s, conv_bn("c", g, 24, 32));
+  Value y = ops::relu(s, ops::add(s, conv_bn("d", k, 32, 32), k));
   VariableStore variables;
   variables.initialize(graph, 4);
-  for (const char* name : {"a/var", "b/var"}) {  // variances in [0.5, 1.5]
+  for (const char* name : {"a/var", "b/var", "c/var", "d/var"}) {  // variances in [0.5, 1.5]
     Tensor& v = variables.get(name);
     for (int64_t c = 0; c < v.numel(); ++c)
       v.data<float>()[c] = 0.5f + static_cast<float>((c * 7) % 11) / 10.0f;
@@ -194,8 +197,8 @@ TEST(LayoutTest, InferenceBatchNormFoldedIntoTheConvolutionKeepsResults) {
     std::vector<Tensor> b = run_program(graph, {y}, variables, {Device{}, 2, propagate, true},
                                         images, input, &fused, 2);
     expect_close(a, b);
-    EXPECT_EQ(fused.fused_nodes, 5)
-        << "a: conv and batch norm under the ReLU; b: conv, batch norm and add under the ReLU";
+    EXPECT_EQ(fused.fused_nodes, 10) << "a, c: conv and batch norm under the ReLU; b, d: conv, "
+                                        "batch norm and add under the ReLU";
   }
   if (!testing::cpu_has_bf16()) return;
   // bf16: the folded weights are rounded to bf16 instead of the unfolded ones; within 2% of the

@@ -14,6 +14,7 @@
 #include "tower/kernels/cpu/chunks.h"
 #include "tower/kernels/cpu/clones.h"
 #include "tower/kernels/cpu/conv.h"
+#include "tower/kernels/cpu/conv_winograd.h"
 #include "tower/kernels/kernel.h"
 
 namespace tower::cpu {
@@ -333,6 +334,7 @@ std::unique_ptr<Kernel> make_conv2d_with(const Node& node, const KernelContext& 
   const Shape& y = node.outputs[0].shape;
   const int64_t bias = epilogue.bias ? w[0] : 0;
   const bool kBias = epilogue.bias;
+  if (auto winograd = make_winograd_conv(node, context, epilogue)) return winograd;
   if (auto adjoint = AdjointConv::make(node, context, epilogue)) return adjoint;
   return chunked(node, context, x[0], [&](int64_t rows) {
     auto pd = build(node, [&] {

@@ -1,11 +1,13 @@
 // The runtime's layout conversions on CPU: a oneDNN reorder between two descriptors of a value.
 // f32 -> bf16 in the same layout (the copies that bf16 convolutions and matmuls read) is a plain
 // loop over the buffer with AVX512-BF16's conversion instead, which is faster than oneDNN 2.6's
-// reorder for it. A filter into flipped_filter_layout is flipped into a plain scratch copy first.
+// reorder for it. A filter into flipped_filter_layout is flipped into a plain scratch copy first;
+// one into winograd_filter_layout is transformed by a loop (conv_winograd.cc).
 #include <algorithm>
 #include <optional>
 
 #include "tower/kernels/cpu/bf16.h"
+#include "tower/kernels/cpu/conv_winograd.h"
 #include "tower/kernels/cpu/dnnl_util.h"
 #include "tower/kernels/kernel.h"
 
@@ -17,6 +19,12 @@ class ReorderKernel : public Kernel {
   // `value` names the converted value in errors; its node outlives the kernel (the graph does).
   ReorderKernel(const Value& value, const Layout& from, const Layout& to)
       : node_(*value.node), from_(from), to_(to) {
+    if (is_winograd_filter(to)) {
+      TOWER_CHECK_MSG(from.is_plain() && value.shape().rank() == 4,
+                      "transforms only a plain filter");
+      winograd_ = value.shape();
+      return;
+    }
     from_md_ = md_of(value.shape(), from);
     to_md_ = md_of(value.shape(), to);
     if (value.shape().numel() == 0) return;  // nothing to convert (oneDNN skips empty tensors)
@@ -36,11 +44,16 @@ class ReorderKernel : public Kernel {
     return flip_ ? static_cast<size_t>(flip_->numel()) * sizeof(float) : 0;
   }
   void bind(const KernelIO& io) override {
+    if (winograd_) return;
     args_ = {{DNNL_ARG_FROM, flip_ ? dnnl::memory(from_md_, engine(), io.scratch)
                                    : make_memory(from_md_, io.inputs[0])},
              {DNNL_ARG_TO, make_memory(to_md_, io.outputs[0])}};
   }
   void run(const KernelIO& io) override {
+    if (winograd_) {
+      winograd_filter(io.inputs[0].data<float>(), *winograd_, io.outputs[0].data<float>());
+      return;
+    }
     if (flip_) flip_filter(io.inputs[0].data<float>(), *flip_, static_cast<float*>(io.scratch));
     if (to_bf16_) {
       const float* in = io.inputs[0].data<float>();
@@ -62,7 +75,8 @@ class ReorderKernel : public Kernel {
   Layout from_, to_;
   dnnl::memory::desc from_md_, to_md_;
   bool to_bf16_ = false;
-  std::optional<Shape> flip_;  // the filter's shape, when flipped (flipped_filter_layout)
+  std::optional<Shape> flip_;      // the filter's shape, when flipped (flipped_filter_layout)
+  std::optional<Shape> winograd_;  // the filter's shape, into winograd_filter_layout
   std::optional<dnnl::reorder> prim_;
   std::unordered_map<int, dnnl::memory> args_;
 };

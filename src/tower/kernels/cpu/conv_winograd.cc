@@ -1,0 +1,342 @@
+// 3x3 stride-1 SAME convolutions by Winograd's F(2x2, 3x3) under AVX2, where oneDNN 2.6 has no
+// Winograd kernel and its direct one already runs at the FMA peak: each 2x2 output tile costs
+// 16 multiply-adds per input and output channel instead of 36 (Lavin & Gray 2016). Per image (a
+// task), in blocks of kTiles tiles that stay in L2: the input tiles (4x4, in nChw8c) transformed,
+// V = B^T d B; for each of the 16 positions a matrix product M = V U over the channels, U = G g G^T
+// the filter transformed by the runtime's reorder into winograd_filter_layout; the outputs
+// A^T M A, then the epilogue (bias, the output's previous contents, ReLU: the roundings of the
+// kernels apart). The same bits on any team.
+#include "tower/kernels/cpu/conv_winograd.h"
+
+#include <omp.h>
+
+#include <algorithm>
+
+#include "tower/kernels/cpu/clones.h"
+#include "tower/kernels/cpu/dnnl_util.h"
+#include "tower/ops/conv.h"
+
+namespace tower::cpu {
+namespace {
+
+using F = Vectors<8>::F;
+constexpr int64_t kTiles = 32;  // tiles per block
+// Floats between two positions of V (or M) for `channels` channels: 16 more than the block, so
+// that the 16 positions of a tile do not lie a multiple of 4 KB apart (loads would wait on
+// unrelated stores).
+constexpr int64_t position_step(int64_t channels) { return channels * kTiles + 16; }
+constexpr int kRows = 6;  // tiles per step of the matrix product (x 16 output channels)
+
+class WinogradFilterFormat : public Layout::Format {
+ public:
+  explicit WinogradFilterFormat(const Shape& w) : w_(w) {}
+  size_t bytes() const override { return static_cast<size_t>(16 * w_[0] * w_[1]) * sizeof(float); }
+  bool equals(const Format& other) const override {
+    auto* o = dynamic_cast<const WinogradFilterFormat*>(&other);
+    return o != nullptr && o->w_ == w_;
+  }
+
+ private:
+  Shape w_;
+};
+
+// What one image's convolution needs.
+struct WinogradJob {
+  const float* x;  // the image, nChw8c
+  float* y;        // its output, nChw8c
+  const float* u;  // winograd_filter_layout
+  const float* bias;
+  float* v;  // scratch: [16][C / 8][kTiles][8], positions position_step(C) apart
+  float* m;  // scratch: [16][K / 8][kTiles][8], positions position_step(K) apart
+  int64_t c, k, h, w;
+  int flags;  // 1 bias, 2 add, 4 relu
+};
+
+// Row r of input tile d (4 vectors, zero outside the image) times B: d0 - d2, d1 + d2, d2 - d1,
+// d1 - d3.
+TOWER_ALWAYS_INLINE void input_row(const WinogradJob& j, const float* plane, int64_t yy, int64_t x0,
+                                   bool inside, F& e0, F& e1, F& e2, F& e3) {
+  F d[4];
+  if (inside) {
+    for (int q = 0; q < 4; ++q) load(d[q], plane + (yy * j.w + x0 + q) * 8);
+  } else {
+    for (int q = 0; q < 4; ++q) {
+      d[q] = F{};
+      if (yy >= 0 && yy < j.h && x0 + q >= 0 && x0 + q < j.w)
+        load(d[q], plane + (yy * j.w + x0 + q) * 8);
+    }
+  }
+  e0 = d[0] - d[2];
+  e1 = d[1] + d[2];
+  e2 = d[2] - d[1];
+  e3 = d[1] - d[3];
+}
+
+// V for tiles [t0, t0 + n) of the image (tw tiles per row): B^T d B, rows then columns, with
+// at most three rows live.
+TOWER_ALWAYS_INLINE void input_transform(const WinogradJob& j, int64_t t0, int64_t n, int64_t tw) {
+  const int64_t cbs = j.c / 8, step = position_step(j.c);
+  for (int64_t cb = 0; cb < cbs; ++cb) {
+    const float* plane = j.x + cb * j.h * j.w * 8;
+    for (int64_t t = 0; t < n; ++t) {
+      const int64_t y0 = (t0 + t) / tw * 2 - 1, x0 = (t0 + t) % tw * 2 - 1;
+      const bool inside = y0 >= 0 && x0 >= 0 && y0 + 3 < j.h && x0 + 3 < j.w;
+      float* v = j.v + (cb * kTiles + t) * 8;
+      F a0, a1, a2, a3, b0, b1, b2, b3, c0, c1, c2, c3;
+      input_row(j, plane, y0, x0, inside, a0, a1, a2, a3);
+      input_row(j, plane, y0 + 2, x0, inside, c0, c1, c2, c3);
+      store(v + 0 * step, a0 - c0);
+      store(v + 1 * step, a1 - c1);
+      store(v + 2 * step, a2 - c2);
+      store(v + 3 * step, a3 - c3);
+      input_row(j, plane, y0 + 1, x0, inside, b0, b1, b2, b3);
+      store(v + 4 * step, b0 + c0);
+      store(v + 5 * step, b1 + c1);
+      store(v + 6 * step, b2 + c2);
+      store(v + 7 * step, b3 + c3);
+      store(v + 8 * step, c0 - b0);
+      store(v + 9 * step, c1 - b1);
+      store(v + 10 * step, c2 - b2);
+      store(v + 11 * step, c3 - b3);
+      input_row(j, plane, y0 + 3, x0, inside, a0, a1, a2, a3);
+      store(v + 12 * step, b0 - a0);
+      store(v + 13 * step, b1 - a1);
+      store(v + 14 * step, b2 - a2);
+      store(v + 15 * step, b3 - a3);
+    }
+  }
+}
+
+// M[p][kb..kb+1][t..t+rows) = sum over c of V[p][c][t] U[p][c][kb..kb+1] (16 output channels).
+template <int kR>
+TOWER_ALWAYS_INLINE void product_rows(const WinogradJob& j, int p, int64_t kb, int64_t t) {
+  F acc[kR][2];
+  for (int r = 0; r < kR; ++r) acc[r][0] = acc[r][1] = F{};
+  const float* u0 = j.u + ((p * (j.k / 8) + kb) * j.c) * 8;
+  const float* u1 = u0 + j.c * 8;
+  for (int64_t cb = 0; cb < j.c / 8; ++cb) {
+    const float* vp = j.v + p * position_step(j.c) + (cb * kTiles + t) * 8;
+    for (int l = 0; l < 8; ++l) {
+      F a, b;
+      load(a, u0 + (cb * 8 + l) * 8);
+      load(b, u1 + (cb * 8 + l) * 8);
+      for (int r = 0; r < kR; ++r) {
+        const float s = vp[r * 8 + l];
+        acc[r][0] += s * a;
+        acc[r][1] += s * b;
+      }
+    }
+  }
+  for (int r = 0; r < kR; ++r) {
+    float* m = j.m + p * position_step(j.k) + (kb * kTiles + t + r) * 8;
+    store(m, acc[r][0]);
+    store(m + kTiles * 8, acc[r][1]);
+  }
+}
+
+TOWER_ALWAYS_INLINE void product(const WinogradJob& j, int64_t n) {
+  for (int p = 0; p < 16; ++p)
+    for (int64_t kb = 0; kb < j.k / 8; kb += 2) {
+      int64_t t = 0;
+      for (; t + kRows <= n; t += kRows) product_rows<kRows>(j, p, kb, t);
+      switch (n - t) {
+        case 5:
+          product_rows<5>(j, p, kb, t);
+          break;
+        case 4:
+          product_rows<4>(j, p, kb, t);
+          break;
+        case 3:
+          product_rows<3>(j, p, kb, t);
+          break;
+        case 2:
+          product_rows<2>(j, p, kb, t);
+          break;
+        case 1:
+          product_rows<1>(j, p, kb, t);
+          break;
+        default:
+          break;
+      }
+    }
+}
+
+// y for tiles [t0, t0 + n): A^T M A, then the epilogue (kFlags: 1 bias, 2 add, 4 relu).
+template <int kFlags>
+TOWER_ALWAYS_INLINE void output_transform(const WinogradJob& j, int64_t t0, int64_t n, int64_t tw) {
+  const int64_t step = position_step(j.k);
+  for (int64_t kb = 0; kb < j.k / 8; ++kb) {
+    F b{};
+    if constexpr ((kFlags & 1) != 0) load(b, j.bias + kb * 8);
+    float* plane = j.y + kb * j.h * j.w * 8;
+    for (int64_t t = 0; t < n; ++t) {
+      const float* m = j.m + (kb * kTiles + t) * 8;
+      F s0[4], s1[4];
+      for (int q = 0; q < 4; ++q) {
+        F m0, m1, m2, m3;
+        load(m0, m + q * step);
+        load(m1, m + (4 + q) * step);
+        load(m2, m + (8 + q) * step);
+        load(m3, m + (12 + q) * step);
+        s0[q] = m0 + m1 + m2;
+        s1[q] = m1 - m2 - m3;
+      }
+      const int64_t y0 = (t0 + t) / tw * 2, x0 = (t0 + t) % tw * 2;
+      for (int r = 0; r < 2; ++r) {
+        const F* s = r == 0 ? s0 : s1;
+        for (int q = 0; q < 2; ++q) {
+          if (y0 + r >= j.h || x0 + q >= j.w) continue;
+          F o = q == 0 ? s[0] + s[1] + s[2] : s[1] - s[2] - s[3];
+          float* at = plane + ((y0 + r) * j.w + x0 + q) * 8;
+          if constexpr ((kFlags & 1) != 0) o += b;
+          if constexpr ((kFlags & 2) != 0) {
+            F prev;
+            load(prev, at);
+            o += prev;
+          }
+          if constexpr ((kFlags & 4) != 0) o = o > F{} ? o : F{};
+          store(at, o);
+        }
+      }
+    }
+  }
+}
+
+TOWER_ALWAYS_INLINE void winograd_image_body(const WinogradJob& j) {
+  const int64_t th = (j.h + 1) / 2, tw = (j.w + 1) / 2;
+  for (int64_t t0 = 0; t0 < th * tw; t0 += kTiles) {
+    const int64_t n = std::min(kTiles, th * tw - t0);
+    input_transform(j, t0, n, tw);
+    product(j, n);
+    switch (j.flags) {
+#define TOWER_WINOGRAD_CASE(f)         \
+  case f:                              \
+    output_transform<f>(j, t0, n, tw); \
+    break;
+      TOWER_WINOGRAD_CASE(0)
+      TOWER_WINOGRAD_CASE(1)
+      TOWER_WINOGRAD_CASE(2)
+      TOWER_WINOGRAD_CASE(3)
+      TOWER_WINOGRAD_CASE(4)
+      TOWER_WINOGRAD_CASE(5)
+      TOWER_WINOGRAD_CASE(6)
+      TOWER_WINOGRAD_CASE(7)
+#undef TOWER_WINOGRAD_CASE
+      default:
+        break;
+    }
+  }
+}
+TOWER_CPU_VARIANTS(winograd_image, (const WinogradJob& j), (j))
+
+class WinogradConv final : public Kernel {
+ public:
+  WinogradConv(const Node& node, const KernelContext& context, const ConvEpilogue& epilogue)
+      : node_(node),
+        flags_((epilogue.bias ? 1 : 0) | (epilogue.add_output ? 2 : 0) | (epilogue.relu ? 4 : 0)),
+        team_(std::max(context.num_threads, 1)),
+        members_(std::max(context.members, team_)) {
+    const Shape& x = node.inputs[0].shape();
+    const Shape& w = node.inputs[1].shape();
+    c_ = x[1];
+    k_ = w[0];
+    blocked_x_ = to_layout(dnnl::memory::desc(to_dims(x), dnnl::memory::data_type::f32,
+                                              dnnl::memory::format_tag::nChw8c),
+                           x);
+    blocked_y_ =
+        to_layout(dnnl::memory::desc(to_dims(node.outputs[0].shape), dnnl::memory::data_type::f32,
+                                     dnnl::memory::format_tag::nChw8c),
+                  node.outputs[0].shape);
+  }
+  size_t scratch_bytes() const override { return member_bytes() * static_cast<size_t>(members_); }
+  Layout input_layout(int i) const override {
+    if (i == 0) return blocked_x_;
+    return i == 1 ? winograd_filter_layout(node_.inputs[1].shape()) : Layout{};
+  }
+  Layout output_layout(int) const override { return blocked_y_; }
+
+  Tasks tasks() const override {
+    return Tasks::split(static_cast<int>(node_.inputs[0].shape()[0]));
+  }
+  void run_task(const KernelIO& io, int task, int member) override {
+    const Shape& x = node_.inputs[0].shape();
+    float* scratch = reinterpret_cast<float*>(static_cast<char*>(io.scratch) +
+                                              member_bytes() * static_cast<size_t>(member));
+    WinogradJob job{io.inputs[0].data<float>() + task * c_ * x[2] * x[3],
+                    io.outputs[0].data<float>() + task * k_ * x[2] * x[3],
+                    io.inputs[1].data<float>(),
+                    flags_ & 1 ? io.inputs[2].data<float>() : nullptr,
+                    scratch,
+                    scratch + 16 * position_step(c_),
+                    c_,
+                    k_,
+                    x[2],
+                    x[3],
+                    flags_};
+    winograd_image(job);
+  }
+  void run(const KernelIO& io) override {
+    const int images = static_cast<int>(node_.inputs[0].shape()[0]);
+#pragma omp parallel for num_threads(team_) schedule(dynamic, 1) if (team_ > 1)
+    for (int n = 0; n < images; ++n) run_task(io, n, team_ > 1 ? omp_get_thread_num() : 0);
+  }
+
+ private:
+  size_t member_bytes() const {
+    return align64(static_cast<size_t>(16 * (position_step(c_) + position_step(k_))) *
+                   sizeof(float));
+  }
+
+  const Node& node_;
+  int flags_, team_, members_;
+  int64_t c_ = 0, k_ = 0;
+  Layout blocked_x_, blocked_y_;
+};
+
+}  // namespace
+
+Layout winograd_filter_layout(const Shape& w) {
+  return Layout(std::make_shared<WinogradFilterFormat>(w));
+}
+
+bool is_winograd_filter(const Layout& layout) {
+  return dynamic_cast<const WinogradFilterFormat*>(layout.format()) != nullptr;
+}
+
+void winograd_filter(const float* w, const Shape& w_shape, float* u) {
+  const int64_t k = w_shape[0], c = w_shape[1];
+  for (int64_t o = 0; o < k; ++o)
+    for (int64_t i = 0; i < c; ++i) {
+      const float* g = w + (o * c + i) * 9;
+      double s[4][3], e[4][4];
+      for (int q = 0; q < 3; ++q) {
+        s[0][q] = g[q];
+        s[1][q] = 0.5 * (static_cast<double>(g[q]) + g[3 + q] + g[6 + q]);
+        s[2][q] = 0.5 * (static_cast<double>(g[q]) - g[3 + q] + g[6 + q]);
+        s[3][q] = g[6 + q];
+      }
+      for (int r = 0; r < 4; ++r) {
+        e[r][0] = s[r][0];
+        e[r][1] = 0.5 * (s[r][0] + s[r][1] + s[r][2]);
+        e[r][2] = 0.5 * (s[r][0] - s[r][1] + s[r][2]);
+        e[r][3] = s[r][2];
+      }
+      for (int p = 0; p < 16; ++p)
+        u[((p * (k / 8) + o / 8) * c + i) * 8 + o % 8] = static_cast<float>(e[p / 4][p % 4]);
+    }
+}
+
+std::unique_ptr<Kernel> make_winograd_conv(const Node& node, const KernelContext& context,
+                                           const ConvEpilogue& epilogue) {
+  const Shape& x = node.inputs[0].shape();
+  const Shape& w = node.inputs[1].shape();
+  const auto& a = node.attr<ops::Conv2DAttrs>();
+  if (cpu_isa() != CpuIsa::avx2 || context.precision != Precision::fp32 ||
+      !context.input_layout(1).is_plain() || a.strides[0] != 1 || a.strides[1] != 1 ||
+      a.padding != ops::Padding::same || w[2] != 3 || w[3] != 3 || x[0] == 0 || x[1] < 32 ||
+      w[0] < 32 || x[1] % 8 != 0 || w[0] % 16 != 0)
+    return nullptr;
+  return std::make_unique<WinogradConv>(node, context, epilogue);
+}
+
+}  // namespace tower::cpu

@@ -365,6 +365,7 @@ KernelRegistrar conv2d_backprop_input_kernel{
       const Shape& x = a.shape;
       const Shape& w = node.inputs[0].shape();
       const Shape& dy = node.inputs[1].shape();
+      if (auto winograd = make_winograd_backprop_input(node, context)) return winograd;
       return chunked(node, context, x[0], [&](int64_t rows) {
         const Shape xr = with_rows(x, rows), dyr = with_rows(dy, rows);
         auto pd = build(node, [&] {

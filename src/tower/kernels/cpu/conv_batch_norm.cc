@@ -105,7 +105,7 @@ class ConvBatchNormKernel final : public Kernel {
   void run(const KernelIO& io) override {
     fold(io);
     if (winograd_) {
-      winograd_filter(plain_w_, node_.inputs[1].shape(), target_);
+      winograd_filter(plain_w_, node_.inputs[1].shape(), inner_->input_layout(1), target_);
     } else {
       if (flip_) flip_filter(plain_w_, node_.inputs[1].shape(), flipped_w_);
       execute(node_, reorder_, reorder_args_);

@@ -5,7 +5,8 @@
 // V = B^T d B; for each of the 16 positions a matrix product M = V U over the channels, U = G g G^T
 // the filter transformed by the runtime's reorder into winograd_filter_layout; the outputs
 // A^T M A, then the epilogue (bias, the output's previous contents, ReLU: the roundings of the
-// kernels apart). The same bits on any team.
+// kernels apart). The same bits on any team. The input gradient of such a convolution is the
+// convolution of dy by the filter flipped, its channel dimensions swapped: the same kernel.
 #include "tower/kernels/cpu/conv_winograd.h"
 
 #include <omp.h>
@@ -29,15 +30,17 @@ constexpr int kRows = 6;  // tiles per step of the matrix product (x 16 output c
 
 class WinogradFilterFormat : public Layout::Format {
  public:
-  explicit WinogradFilterFormat(const Shape& w) : w_(w) {}
+  WinogradFilterFormat(const Shape& w, bool flipped) : w_(w), flipped_(flipped) {}
   size_t bytes() const override { return static_cast<size_t>(16 * w_[0] * w_[1]) * sizeof(float); }
   bool equals(const Format& other) const override {
     auto* o = dynamic_cast<const WinogradFilterFormat*>(&other);
-    return o != nullptr && o->w_ == w_;
+    return o != nullptr && o->w_ == w_ && o->flipped_ == flipped_;
   }
+  bool flipped() const { return flipped_; }
 
  private:
   Shape w_;
+  bool flipped_;
 };
 
 // What one image's convolution needs.
@@ -229,42 +232,47 @@ TOWER_ALWAYS_INLINE void winograd_image_body(const WinogradJob& j) {
 }
 TOWER_CPU_VARIANTS(winograd_image, (const WinogradJob& j), (j))
 
+Layout blocked(const Shape& shape) {
+  return to_layout(dnnl::memory::desc(to_dims(shape), dnnl::memory::data_type::f32,
+                                      dnnl::memory::format_tag::nChw8c),
+                   shape);
+}
+
+// Conv2D[+BiasAdd][+Add][+Relu] (inputs x, w[, bias]), or Conv2DBackpropInput (inputs w, dy: the
+// convolution of dy by the flipped filter with its channel dimensions swapped).
 class WinogradConv final : public Kernel {
  public:
-  WinogradConv(const Node& node, const KernelContext& context, const ConvEpilogue& epilogue)
+  WinogradConv(const Node& node, const KernelContext& context, const ConvEpilogue& epilogue,
+               bool backprop_input)
       : node_(node),
         flags_((epilogue.bias ? 1 : 0) | (epilogue.add_output ? 2 : 0) | (epilogue.relu ? 4 : 0)),
         team_(std::max(context.num_threads, 1)),
-        members_(std::max(context.members, team_)) {
-    const Shape& x = node.inputs[0].shape();
-    const Shape& w = node.inputs[1].shape();
+        members_(std::max(context.members, team_)),
+        x_(backprop_input ? 1 : 0),
+        w_(backprop_input ? 0 : 1) {
+    const Shape& x = node.inputs[static_cast<size_t>(x_)].shape();
     c_ = x[1];
-    k_ = w[0];
-    blocked_x_ = to_layout(dnnl::memory::desc(to_dims(x), dnnl::memory::data_type::f32,
-                                              dnnl::memory::format_tag::nChw8c),
-                           x);
-    blocked_y_ =
-        to_layout(dnnl::memory::desc(to_dims(node.outputs[0].shape), dnnl::memory::data_type::f32,
-                                     dnnl::memory::format_tag::nChw8c),
-                  node.outputs[0].shape);
+    k_ = node.outputs[0].shape[1];
+    x_layout_ = blocked(x);
+    y_layout_ = blocked(node.outputs[0].shape);
+    w_layout_ =
+        winograd_filter_layout(node.inputs[static_cast<size_t>(w_)].shape(), backprop_input);
   }
   size_t scratch_bytes() const override { return member_bytes() * static_cast<size_t>(members_); }
   Layout input_layout(int i) const override {
-    if (i == 0) return blocked_x_;
-    return i == 1 ? winograd_filter_layout(node_.inputs[1].shape()) : Layout{};
+    if (i == x_) return x_layout_;
+    return i == w_ ? w_layout_ : Layout{};
   }
-  Layout output_layout(int) const override { return blocked_y_; }
+  Layout output_layout(int) const override { return y_layout_; }
 
-  Tasks tasks() const override {
-    return Tasks::split(static_cast<int>(node_.inputs[0].shape()[0]));
-  }
+  Tasks tasks() const override { return Tasks::split(static_cast<int>(node_.outputs[0].shape[0])); }
   void run_task(const KernelIO& io, int task, int member) override {
-    const Shape& x = node_.inputs[0].shape();
+    const Shape& x = node_.inputs[static_cast<size_t>(x_)].shape();
     float* scratch = reinterpret_cast<float*>(static_cast<char*>(io.scratch) +
                                               member_bytes() * static_cast<size_t>(member));
-    WinogradJob job{io.inputs[0].data<float>() + task * c_ * x[2] * x[3],
+    WinogradJob job{io.inputs[static_cast<size_t>(x_)].data<float>() + task * c_ * x[2] * x[3],
                     io.outputs[0].data<float>() + task * k_ * x[2] * x[3],
-                    io.inputs[1].data<float>(),
+                    io.inputs[static_cast<size_t>(w_)].data<float>(),
                     flags_ & 1 ? io.inputs[2].data<float>() : nullptr,
                     scratch,
                     scratch + 16 * position_step(c_),
@@ -276,7 +284,7 @@ class WinogradConv final : public Kernel {
     winograd_image(job);
   }
   void run(const KernelIO& io) override {
-    const int images = static_cast<int>(node_.inputs[0].shape()[0]);
+    const int images = static_cast<int>(node_.outputs[0].shape[0]);
 #pragma omp parallel for num_threads(team_) schedule(dynamic, 1) if (team_ > 1)
     for (int n = 0; n < images; ++n) run_task(io, n, team_ > 1 ? omp_get_thread_num() : 0);
   }
@@ -289,25 +297,38 @@ class WinogradConv final : public Kernel {
 
   const Node& node_;
   int flags_, team_, members_;
-  int64_t c_ = 0, k_ = 0;
-  Layout blocked_x_, blocked_y_;
+  int x_, w_;              // the input image's and the filter's input indices
+  int64_t c_ = 0, k_ = 0;  // input and output channels
+  Layout x_layout_, y_layout_, w_layout_;
 };
+
+// Where the kernel applies to a convolution from c to k channels.
+bool winograd_applies(const KernelContext& context, const Layout& filter, const ops::Conv2DAttrs& a,
+                      int64_t images, int64_t c, int64_t k, int64_t kh, int64_t kw) {
+  return cpu_isa() == CpuIsa::avx2 && context.precision == Precision::fp32 && filter.is_plain() &&
+         a.strides[0] == 1 && a.strides[1] == 1 && a.padding == ops::Padding::same && kh == 3 &&
+         kw == 3 && images > 0 && c >= 32 && k >= 32 && c % 8 == 0 && k % 16 == 0;
+}
 
 }  // namespace
 
-Layout winograd_filter_layout(const Shape& w) {
-  return Layout(std::make_shared<WinogradFilterFormat>(w));
+Layout winograd_filter_layout(const Shape& w, bool flipped) {
+  return Layout(std::make_shared<WinogradFilterFormat>(w, flipped));
 }
 
 bool is_winograd_filter(const Layout& layout) {
   return dynamic_cast<const WinogradFilterFormat*>(layout.format()) != nullptr;
 }
 
-void winograd_filter(const float* w, const Shape& w_shape, float* u) {
-  const int64_t k = w_shape[0], c = w_shape[1];
+void winograd_filter(const float* w, const Shape& w_shape, const Layout& layout, float* u) {
+  const bool flipped = dynamic_cast<const WinogradFilterFormat&>(*layout.format()).flipped();
+  // Flipped: the filter from w's input channels to its output channels, rows and columns reversed.
+  const int64_t k = flipped ? w_shape[1] : w_shape[0], c = flipped ? w_shape[0] : w_shape[1];
   for (int64_t o = 0; o < k; ++o)
     for (int64_t i = 0; i < c; ++i) {
-      const float* g = w + (o * c + i) * 9;
+      float g[9];
+      for (int e = 0; e < 9; ++e)
+        g[e] = flipped ? w[(i * k + o) * 9 + 8 - e] : w[(o * c + i) * 9 + e];
       double s[4][3], e[4][4];
       for (int q = 0; q < 3; ++q) {
         s[0][q] = g[q];
@@ -330,13 +351,20 @@ std::unique_ptr<Kernel> make_winograd_conv(const Node& node, const KernelContext
                                            const ConvEpilogue& epilogue) {
   const Shape& x = node.inputs[0].shape();
   const Shape& w = node.inputs[1].shape();
-  const auto& a = node.attr<ops::Conv2DAttrs>();
-  if (cpu_isa() != CpuIsa::avx2 || context.precision != Precision::fp32 ||
-      !context.input_layout(1).is_plain() || a.strides[0] != 1 || a.strides[1] != 1 ||
-      a.padding != ops::Padding::same || w[2] != 3 || w[3] != 3 || x[0] == 0 || x[1] < 32 ||
-      w[0] < 32 || x[1] % 8 != 0 || w[0] % 16 != 0)
+  if (!winograd_applies(context, context.input_layout(1), node.attr<ops::Conv2DAttrs>(), x[0], x[1],
+                        w[0], w[2], w[3]))
     return nullptr;
-  return std::make_unique<WinogradConv>(node, context, epilogue);
+  return std::make_unique<WinogradConv>(node, context, epilogue, false);
+}
+
+std::unique_ptr<Kernel> make_winograd_backprop_input(const Node& node,
+                                                     const KernelContext& context) {
+  const Shape& w = node.inputs[0].shape();
+  const Shape& dy = node.inputs[1].shape();
+  if (!winograd_applies(context, context.input_layout(0),
+                        node.attr<ops::Conv2DBackpropAttrs>().conv, dy[0], w[0], w[1], w[2], w[3]))
+    return nullptr;
+  return std::make_unique<WinogradConv>(node, context, ConvEpilogue{}, true);
 }
 
 }  // namespace tower::cpu

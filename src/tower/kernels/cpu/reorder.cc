@@ -51,7 +51,7 @@ class ReorderKernel : public Kernel {
   }
   void run(const KernelIO& io) override {
     if (winograd_) {
-      winograd_filter(io.inputs[0].data<float>(), *winograd_, io.outputs[0].data<float>());
+      winograd_filter(io.inputs[0].data<float>(), *winograd_, to_, io.outputs[0].data<float>());
       return;
     }
     if (flip_) flip_filter(io.inputs[0].data<float>(), *flip_, static_cast<float*>(io.scratch));

@@ -54,14 +54,10 @@ ConvGeometry geometry(const Shape& x, const Shape& w, const ops::Conv2DAttrs& a)
 // Reference, values and gradients). Intel CPUs, not measured, keep direct.
 dnnl::algorithm conv_algorithm(const Shape& x, const Shape& w, const ops::Conv2DAttrs& a,
                                memory::data_type type) {
-  const auto direct = dnnl::algorithm::convolution_direct;
-  if (cpu_isa() < CpuIsa::avx512 || !cpu_info().amd || type != memory::data_type::f32 ||
-      a.strides[0] != 1 || a.strides[1] != 1 || w[2] != 3 || w[3] != 3 || x[1] < 32 || w[0] < 32 ||
-      x[1] % 16 != 0 || w[0] % 16 != 0)
-    return direct;
-  const ConvGeometry g = geometry(x, w, a);
-  const bool same = g.padding_l == memory::dims{1, 1} && g.padding_r == memory::dims{1, 1};
-  return same ? dnnl::algorithm::convolution_winograd : direct;
+  const bool winograd = cpu_isa() >= CpuIsa::avx512 && cpu_info().amd &&
+                        type == memory::data_type::f32 && is_same_3x3(w, a) && x[1] >= 32 &&
+                        w[0] >= 32 && x[1] % 16 == 0 && w[0] % 16 == 0;
+  return winograd ? dnnl::algorithm::convolution_winograd : dnnl::algorithm::convolution_direct;
 }
 
 // make(alg), or make(direct) where oneDNN has no kernel of `alg` for the descriptor.
@@ -104,6 +100,11 @@ dnnl::convolution_forward::primitive_desc forward_pd(const Shape& x, const Shape
 
 }  // namespace
 
+bool is_same_3x3(const Shape& w, const ops::Conv2DAttrs& a) {
+  return w[2] == 3 && w[3] == 3 && a.strides[0] == 1 && a.strides[1] == 1 &&
+         a.padding == ops::Padding::same;
+}
+
 bool adjoint_conv_pays() {
   const CpuIsa isa = cpu_isa();
   return isa == CpuIsa::avx2 || (isa >= CpuIsa::avx512 && cpu_info().amd);
@@ -125,12 +126,9 @@ namespace {
 // Winograd kernels run (conv_algorithm).
 bool forward_as_adjoint(const Shape& x, const Shape& w, const ops::Conv2DAttrs& a,
                         const KernelContext& context) {
-  if (!adjoint_conv_pays() || context.precision != Precision::fp32 ||
-      !context.input_layout(1).is_plain() || a.strides[0] != 1 || a.strides[1] != 1 || x[0] == 0 ||
-      x[1] < 16 || w[0] != x[1] || x[1] % 8 != 0 || w[2] != 3 || w[3] != 3)
-    return false;
-  const ConvGeometry g = geometry(x, w, a);
-  return g.padding_l == memory::dims{1, 1} && g.padding_r == memory::dims{1, 1} &&
+  return adjoint_conv_pays() && context.precision == Precision::fp32 &&
+         context.input_layout(1).is_plain() && is_same_3x3(w, a) && x[0] > 0 && x[1] >= 16 &&
+         w[0] == x[1] && x[1] % 8 == 0 &&
          conv_algorithm(x, w, a, memory::data_type::f32) == dnnl::algorithm::convolution_direct;
 }
 

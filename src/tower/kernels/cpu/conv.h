@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "tower/kernels/kernel.h"
+#include "tower/ops/conv.h"
 
 namespace tower::cpu {
 
@@ -17,6 +18,9 @@ struct ConvEpilogue {
 // chunks on a team (chunks.h).
 std::unique_ptr<Kernel> make_conv2d_with(const Node& node, const KernelContext& context,
                                          ConvEpilogue epilogue);
+// Whether a filter of shape w with attributes a is 3x3, stride 1, SAME (padding 1 on every side):
+// the convolutions that AdjointConv and the Winograd kernels take.
+bool is_same_3x3(const Shape& w, const ops::Conv2DAttrs& a);
 // Whether a 3x3 stride-1 SAME fp32 convolution with the same 16 or more channels on both sides
 // runs as the backward-data convolution of its flipped filter (AdjointConv in conv.cc): under
 // AVX2, and under AVX-512 on AMD CPUs, where oneDNN 2.6's backward-data kernel is the faster one.

@@ -2,13 +2,13 @@
 // (runtime/fusion.cc): the batch norm is folded into the convolution. Each run (the statistics
 // and the weights are variables, which may change between runs) makes, per output channel o,
 //   s = gamma[o] / sqrt(variance[o] + epsilon),  w'[o] = w[o] * s,  b'[o] = beta[o] - mean[o] * s
-// (in double, rounded once), converts w' into the layout the convolution reads (flipped, for
-// conv.cc's AdjointConv; transformed, for conv_winograd.cc), and runs the convolution on (x, w',
-// b') with the bias, [the residual added: the Add's other input is copied into the output first,
-// and the sum post-op adds to it,] and [ReLU] as its epilogue. Not the same bits as the kernels
-// apart: the tests bound the difference. Inputs (x, w, gamma, beta, mean, variance[, the Add's
-// other input]). Outputs: y; with no node after the batch norm, FusedBatchNorm's (y, mean,
-// variance), the statistics used copied as that kernel does.
+// (in double, rounded once), converts w' into the layout the convolution reads (by the runtime's
+// reorder kernel: flipped for conv.cc's AdjointConv, transformed for conv_winograd.cc), and runs
+// the convolution on (x, w', b') with the bias, [the residual added: the Add's other input is
+// copied into the output first, and the sum post-op adds to it,] and [ReLU] as its epilogue. Not
+// the same bits as the kernels apart: the tests bound the difference. Inputs (x, w, gamma, beta,
+// mean, variance[, the Add's other input]). Outputs: y; with no node after the batch norm,
+// FusedBatchNorm's (y, mean, variance), the statistics used copied as that kernel does.
 #include <omp.h>
 
 #include <algorithm>
@@ -16,7 +16,6 @@
 #include <cstring>
 
 #include "tower/kernels/cpu/conv.h"
-#include "tower/kernels/cpu/conv_winograd.h"
 #include "tower/kernels/cpu/dnnl_util.h"
 #include "tower/kernels/kernel.h"
 #include "tower/ops/batch_norm.h"
@@ -40,28 +39,19 @@ class ConvBatchNormKernel final : public Kernel {
     inner_ = make_conv2d_with(inner_node_, inner_context,
                               {.bias = true, .add_output = add, .relu = relu});
     const Shape& w = node.inputs[1].shape();
+    // The runtime's own conversion of a plain filter into the layout the convolution reads.
+    filter_reorder_ =
+        (*find_reorder(DeviceKind::cpu))(node.inputs[1], Layout{}, inner_->input_layout(1));
     inner_scratch_ = align64(inner_->scratch_bytes());
     plain_bytes_ = align64(static_cast<size_t>(w.numel()) * sizeof(float));
+    target_bytes_ = align64(inner_->input_layout(1).bytes(node.inputs[1].spec()));
     bias_bytes_ = align64(static_cast<size_t>(w[0]) * sizeof(float));
-    const Layout& layout = inner_->input_layout(1);
-    winograd_ = is_winograd_filter(layout);  // conv_winograd.cc
-    if (winograd_) {
-      target_bytes_ = align64(layout.format()->bytes());
-    } else {
-      const dnnl::memory::desc target = md_of(w, layout);
-      flip_ = is_flipped_filter(layout);  // conv.cc's AdjointConv
-      plain_md_ = flip_ ? plain_md(Shape{w[1], w[0], w[2], w[3]}) : plain_md(w);
-      reorder_ = build(node, [&] {
-        return dnnl::reorder(dnnl::reorder::primitive_desc(engine(), plain_md_, engine(), target));
-      });
-      target_bytes_ = align64(target.get_size());
-      target_md_ = target;
-    }
     output_bytes_ = inner_->output_layout(0).bytes(node.outputs[0]);
   }
 
   size_t scratch_bytes() const override {
-    return inner_scratch_ + plain_bytes_ * (flip_ ? 2 : 1) + target_bytes_ + bias_bytes_;
+    return inner_scratch_ + plain_bytes_ + target_bytes_ + bias_bytes_ +
+           filter_reorder_->scratch_bytes();
   }
   // The residual, when nothing reads it later, is the output itself (nothing to copy).
   int output_in_place_of() const override { return add_ ? 6 : -1; }
@@ -88,13 +78,12 @@ class ConvBatchNormKernel final : public Kernel {
     inner_io_.outputs.push_back(io.outputs[0].view());
     inner_io_.scratch = io.scratch;
     inner_->bind(inner_io_);
-    flipped_w_ = reinterpret_cast<float*>(scratch + inner_scratch_ + plain_bytes_ + target_bytes_ +
-                                          bias_bytes_);
-    target_ = static_cast<float*>(target);
-    if (!winograd_)
-      reorder_args_ = {
-          {DNNL_ARG_FROM, dnnl::memory(plain_md_, engine(), flip_ ? flipped_w_ : plain_w_)},
-          {DNNL_ARG_TO, dnnl::memory(target_md_, engine(), target)}};
+    filter_io_.inputs.clear();
+    filter_io_.inputs.push_back(Tensor::wrap(plain_w_, w, DType::f32));
+    filter_io_.outputs.clear();
+    filter_io_.outputs.push_back(Tensor::wrap(target, w, DType::f32));
+    filter_io_.scratch = scratch + inner_scratch_ + plain_bytes_ + target_bytes_ + bias_bytes_;
+    filter_reorder_->bind(filter_io_);
   }
 
   // The fold comes first: the convolution runs as one kernel (on the team, or on one member).
@@ -104,12 +93,7 @@ class ConvBatchNormKernel final : public Kernel {
 
   void run(const KernelIO& io) override {
     fold(io);
-    if (winograd_) {
-      winograd_filter(plain_w_, node_.inputs[1].shape(), inner_->input_layout(1), target_);
-    } else {
-      if (flip_) flip_filter(plain_w_, node_.inputs[1].shape(), flipped_w_);
-      execute(node_, reorder_, reorder_args_);
-    }
+    filter_reorder_->run(filter_io_);
     if (add_) copy_residual(io);
     inner_io_.step = io.step;
     inner_->run(inner_io_);
@@ -159,18 +143,13 @@ class ConvBatchNormKernel final : public Kernel {
   size_t output_bytes_ = 0;
   Node inner_node_;  // Conv2D+BiasAdd[+Relu] on (x, w', b')
   std::unique_ptr<Kernel> inner_;
-  dnnl::reorder reorder_;
-  dnnl::memory::desc target_md_;
+  // The folded filter (plain) into the layout inner_ reads (reorder.cc: oneDNN's, flipped for
+  // AdjointConv, or transformed for conv_winograd.cc), with its own scratch.
+  std::unique_ptr<Kernel> filter_reorder_;
   size_t inner_scratch_ = 0, plain_bytes_ = 0, target_bytes_ = 0, bias_bytes_ = 0;
   float* plain_w_ = nullptr;
   float* bias_ = nullptr;
-  bool flip_ = false;            // the convolution reads the filter flipped
-  bool winograd_ = false;        // ... or transformed (winograd_filter_layout)
-  float* target_ = nullptr;      // the filter as the convolution reads it
-  dnnl::memory::desc plain_md_;  // the folded filter as the reorder reads it (flipped or not)
-  float* flipped_w_ = nullptr;   // flip_: the folded filter flipped
-  KernelIO inner_io_;
-  std::unordered_map<int, dnnl::memory> reorder_args_;
+  KernelIO inner_io_, filter_io_;
 };
 
 KernelRegistrar conv_batch_norm_kernel{

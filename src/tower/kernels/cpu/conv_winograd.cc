@@ -303,11 +303,10 @@ class WinogradConv final : public Kernel {
 };
 
 // Where the kernel applies to a convolution from c to k channels.
-bool winograd_applies(const KernelContext& context, const Layout& filter, const ops::Conv2DAttrs& a,
-                      int64_t images, int64_t c, int64_t k, int64_t kh, int64_t kw) {
+bool winograd_applies(const KernelContext& context, const Layout& filter, const Shape& w,
+                      const ops::Conv2DAttrs& a, int64_t images, int64_t c, int64_t k) {
   return cpu_isa() == CpuIsa::avx2 && context.precision == Precision::fp32 && filter.is_plain() &&
-         a.strides[0] == 1 && a.strides[1] == 1 && a.padding == ops::Padding::same && kh == 3 &&
-         kw == 3 && images > 0 && c >= 32 && k >= 32 && c % 8 == 0 && k % 16 == 0;
+         is_same_3x3(w, a) && images > 0 && c >= 32 && k >= 32 && c % 8 == 0 && k % 16 == 0;
 }
 
 }  // namespace
@@ -351,8 +350,8 @@ std::unique_ptr<Kernel> make_winograd_conv(const Node& node, const KernelContext
                                            const ConvEpilogue& epilogue) {
   const Shape& x = node.inputs[0].shape();
   const Shape& w = node.inputs[1].shape();
-  if (!winograd_applies(context, context.input_layout(1), node.attr<ops::Conv2DAttrs>(), x[0], x[1],
-                        w[0], w[2], w[3]))
+  if (!winograd_applies(context, context.input_layout(1), w, node.attr<ops::Conv2DAttrs>(), x[0],
+                        x[1], w[0]))
     return nullptr;
   return std::make_unique<WinogradConv>(node, context, epilogue, false);
 }
@@ -361,8 +360,8 @@ std::unique_ptr<Kernel> make_winograd_backprop_input(const Node& node,
                                                      const KernelContext& context) {
   const Shape& w = node.inputs[0].shape();
   const Shape& dy = node.inputs[1].shape();
-  if (!winograd_applies(context, context.input_layout(0),
-                        node.attr<ops::Conv2DBackpropAttrs>().conv, dy[0], w[0], w[1], w[2], w[3]))
+  if (!winograd_applies(context, context.input_layout(0), w,
+                        node.attr<ops::Conv2DBackpropAttrs>().conv, dy[0], w[0], w[1]))
     return nullptr;
   return std::make_unique<WinogradConv>(node, context, ConvEpilogue{}, true);
 }

@@ -42,12 +42,38 @@ void run_conv(benchmark::State& state, bool backward) {
       flops, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
 
+// The filter gradient alone of ResNet-20's 3x3 stride-1 convolutions (args: channels, image
+// size), on one thread.
+void BM_Conv2DFilterGradient3x3(benchmark::State& state) {
+  const int64_t c = state.range(0), hw = state.range(1);
+  Graph graph;
+  Scope scope(graph);
+  Value x = scope.placeholder("x", Shape{128, c, hw, hw});
+  Value w = scope.placeholder("w", Shape{c, c, 3, 3});
+  Value y = ops::conv2d(scope, x, w, {{1, 1}, ops::Padding::same});
+  Value dy = scope.placeholder("dy", y.shape());
+  VariableStore variables;
+  Program program(graph, gradients(scope, {y}, {w}, {dy}), variables, {Device{}, 1});
+  uint64_t seed = 1;
+  for (Value v : {x, dy}) fill_random(program.input(v), seed++);
+  for (auto _ : state) program.run();
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * 128 * c * c * 9 * hw * hw,
+                                                 benchmark::Counter::kIsIterationInvariantRate,
+                                                 benchmark::Counter::kIs1000);
+}
+
 void BM_Conv2DForward(benchmark::State& state) { run_conv(state, false); }
 void BM_Conv2DBackward(benchmark::State& state) { run_conv(state, true); }
 
 BENCHMARK(BM_Conv2DForward)
     ->Args({3, 64, 24})
     ->Args({64, 64, 12})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_Conv2DFilterGradient3x3)
+    ->Args({16, 32})
+    ->Args({32, 16})
+    ->Args({64, 8})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK(BM_Conv2DBackward)

@@ -295,10 +295,73 @@ TEST(Conv2DTest, BatchChunksOnTwoThreadsMatchOneThreadAndRepeatBitwise) {
   }
 }
 
+// The filter and bias gradients of y = conv(x, w) + b for an output gradient r on 2 threads, from
+// random values (seeds from `seed`), against sums in double: within `bound` of each sum's terms'
+// magnitudes. On AVX2 (tower's own kernels, in fixed chunks of 16 images) the same bits on 1
+// thread.
+void check_filter_gradient(const ConvCase& c, uint64_t seed, double bound) {
+  Graph graph;
+  Scope s(graph);
+  Value x = s.placeholder("x", c.x), w = s.placeholder("w", c.w);
+  Value b = s.placeholder("b", Shape{c.w[0]});
+  Value y = ops::bias_add(s, ops::conv2d(s, x, w, c.attrs), b);
+  Value r = s.placeholder("r", y.shape());
+  std::vector<Value> grads = gradients(s, ops::reduce_sum(s, ops::mul(s, y, r)), {w, b});
+  Tensor xv = random_tensor(c.x, seed), wv = random_tensor(c.w, seed + 1),
+         bv = random_tensor(b.shape(), seed + 2), rv = random_tensor(r.shape(), seed + 3);
+  VariableStore variables;
+  const std::vector<std::pair<Value, const Tensor*>> feeds = {
+      {x, &xv}, {w, &wv}, {b, &bv}, {r, &rv}};
+  const std::vector<Tensor> two = run_once(graph, grads, variables, feeds, 2);
+  // dw[o, i, kh, kw] = sum of x[n, i, p*s + kh - top, q*t + kw - left] * r[n, o, p, q].
+  const Shape& ys = r.shape();
+  const ops::AxisPadding ph =
+      ops::axis_padding(c.x[2], c.w[2], c.attrs.strides[0], c.attrs.padding);
+  const ops::AxisPadding pw =
+      ops::axis_padding(c.x[3], c.w[3], c.attrs.strides[1], c.attrs.padding);
+  // (and each sum's terms' magnitudes, which bound f32's rounding)
+  std::vector<double> dw(static_cast<size_t>(c.w.numel())), db(static_cast<size_t>(c.w[0]));
+  std::vector<double> dw_abs(dw.size()), db_abs(db.size());
+  const float* xp = xv.data<float>();
+  const float* rp = rv.data<float>();
+  for (int64_t n = 0; n < ys[0]; ++n)
+    for (int64_t o = 0; o < ys[1]; ++o)
+      for (int64_t p = 0; p < ys[2]; ++p)
+        for (int64_t q = 0; q < ys[3]; ++q) {
+          const double g = rp[((n * ys[1] + o) * ys[2] + p) * ys[3] + q];
+          db[static_cast<size_t>(o)] += g;
+          db_abs[static_cast<size_t>(o)] += std::fabs(g);
+          for (int64_t i = 0; i < c.x[1]; ++i)
+            for (int64_t kh = 0; kh < c.w[2]; ++kh)
+              for (int64_t kw = 0; kw < c.w[3]; ++kw) {
+                const int64_t h = p * c.attrs.strides[0] + kh - ph.before;
+                const int64_t v = q * c.attrs.strides[1] + kw - pw.before;
+                if (h < 0 || h >= c.x[2] || v < 0 || v >= c.x[3]) continue;
+                const size_t at =
+                    static_cast<size_t>(((o * c.x[1] + i) * c.w[2] + kh) * c.w[3] + kw);
+                const double term = g * xp[((n * c.x[1] + i) * c.x[2] + h) * c.x[3] + v];
+                dw[at] += term;
+                dw_abs[at] += std::fabs(term);
+              }
+        }
+  const std::vector<double>* expected[] = {&dw, &db};
+  const std::vector<double>* magnitudes[] = {&dw_abs, &db_abs};
+  for (size_t k = 0; k < 2; ++k) {
+    const float* got = two[k].data<float>();
+    for (size_t e = 0; e < expected[k]->size(); ++e)
+      ASSERT_NEAR(got[e], (*expected[k])[e], bound * (*magnitudes[k])[e] + 1e-6)
+          << (k == 0 ? "dw" : "db") << " element " << e;
+  }
+  if (cpu_isa() >= CpuIsa::avx512) return;  // oneDNN's kernel, whose chunks follow the team
+  const std::vector<Tensor> one = run_once(graph, grads, variables, feeds, 1);
+  for (size_t k = 0; k < 2; ++k)
+    EXPECT_EQ(std::memcmp(one[k].raw_data(), two[k].raw_data(), two[k].nbytes()), 0)
+        << (k == 0 ? "dw" : "db") << " on 1 and 2 threads";
+}
+
 // The filter and bias gradients of convolutions with 1 to 4 input channels (a first layer; on AVX2
-// a hand-written kernel in fixed chunks of 16 images): every filter width up to 7 and beyond,
-// strides, both paddings, output channels that do not fill a vector, and a batch that is not a
-// whole number of chunks, against sums in double. On 1 and 2 threads: on AVX2, the same bits.
+// a hand-written kernel): every filter width up to 7 and beyond, strides, both paddings, output
+// channels that do not fill a vector, and a batch that is not a whole number of chunks.
 TEST(Conv2DTest, FewInputChannelsFilterGradientMatchesSumsInDouble) {
   const ConvCase cases[] = {
       {{37, 1, 28, 28}, {32, 1, 5, 5}, {{1, 1}, Padding::same}},
@@ -311,63 +374,27 @@ TEST(Conv2DTest, FewInputChannelsFilterGradientMatchesSumsInDouble) {
   uint64_t seed = 300;
   for (const ConvCase& c : cases) {
     SCOPED_TRACE(c.x.to_string() + " * " + c.w.to_string());
-    Graph graph;
-    Scope s(graph);
-    Value x = s.placeholder("x", c.x), w = s.placeholder("w", c.w);
-    Value b = s.placeholder("b", Shape{c.w[0]});
-    Value y = ops::bias_add(s, ops::conv2d(s, x, w, c.attrs), b);
-    Value r = s.placeholder("r", y.shape());
-    std::vector<Value> grads = gradients(s, ops::reduce_sum(s, ops::mul(s, y, r)), {w, b});
-    Tensor xv = random_tensor(c.x, seed++), wv = random_tensor(c.w, seed++),
-           bv = random_tensor(b.shape(), seed++), rv = random_tensor(r.shape(), seed++);
-    VariableStore variables;
-    const std::vector<std::pair<Value, const Tensor*>> feeds = {
-        {x, &xv}, {w, &wv}, {b, &bv}, {r, &rv}};
-    const std::vector<Tensor> two = run_once(graph, grads, variables, feeds, 2);
-    // dw[o, i, kh, kw] = sum of x[n, i, p*s + kh - top, q*t + kw - left] * r[n, o, p, q].
-    const Shape& ys = r.shape();
-    const ops::AxisPadding ph =
-        ops::axis_padding(c.x[2], c.w[2], c.attrs.strides[0], c.attrs.padding);
-    const ops::AxisPadding pw =
-        ops::axis_padding(c.x[3], c.w[3], c.attrs.strides[1], c.attrs.padding);
-    // (and each sum's terms' magnitudes, which bound f32's rounding: 1e-6 of them)
-    std::vector<double> dw(static_cast<size_t>(c.w.numel())), db(static_cast<size_t>(c.w[0]));
-    std::vector<double> dw_abs(dw.size()), db_abs(db.size());
-    const float* xp = xv.data<float>();
-    const float* rp = rv.data<float>();
-    for (int64_t n = 0; n < ys[0]; ++n)
-      for (int64_t o = 0; o < ys[1]; ++o)
-        for (int64_t p = 0; p < ys[2]; ++p)
-          for (int64_t q = 0; q < ys[3]; ++q) {
-            const double g = rp[((n * ys[1] + o) * ys[2] + p) * ys[3] + q];
-            db[static_cast<size_t>(o)] += g;
-            db_abs[static_cast<size_t>(o)] += std::fabs(g);
-            for (int64_t i = 0; i < c.x[1]; ++i)
-              for (int64_t kh = 0; kh < c.w[2]; ++kh)
-                for (int64_t kw = 0; kw < c.w[3]; ++kw) {
-                  const int64_t h = p * c.attrs.strides[0] + kh - ph.before;
-                  const int64_t v = q * c.attrs.strides[1] + kw - pw.before;
-                  if (h < 0 || h >= c.x[2] || v < 0 || v >= c.x[3]) continue;
-                  const size_t at =
-                      static_cast<size_t>(((o * c.x[1] + i) * c.w[2] + kh) * c.w[3] + kw);
-                  const double term = g * xp[((n * c.x[1] + i) * c.x[2] + h) * c.x[3] + v];
-                  dw[at] += term;
-                  dw_abs[at] += std::fabs(term);
-                }
-          }
-    const std::vector<double>* expected[] = {&dw, &db};
-    const std::vector<double>* magnitudes[] = {&dw_abs, &db_abs};
-    for (size_t k = 0; k < 2; ++k) {
-      const float* got = two[k].data<float>();
-      for (size_t e = 0; e < expected[k]->size(); ++e)
-        ASSERT_NEAR(got[e], (*expected[k])[e], 1e-6 * (*magnitudes[k])[e] + 1e-6)
-            << (k == 0 ? "dw" : "db") << " element " << e;
-    }
-    if (cpu_isa() >= CpuIsa::avx512) continue;  // oneDNN's kernel, whose chunks follow the team
-    const std::vector<Tensor> one = run_once(graph, grads, variables, feeds, 1);
-    for (size_t k = 0; k < 2; ++k)
-      EXPECT_EQ(std::memcmp(one[k].raw_data(), two[k].raw_data(), two[k].nbytes()), 0)
-          << (k == 0 ? "dw" : "db") << " on 1 and 2 threads";
+    check_filter_gradient(c, seed, 1e-6);
+    seed += 4;
+  }
+}
+
+// The filter and bias gradients of 3x3 stride-1 SAME convolutions with 32 channels or more (under
+// AVX2 by Winograd's F(2x2, 3x3), conv_filter_grad_winograd.cc, whose transforms round more): odd
+// planes (tiles past the border), output channels that the product's rows of 6 do not divide, and
+// batches that are not a whole number of chunks.
+TEST(Conv2DTest, SameConvolutionFilterGradientMatchesSumsInDouble) {
+  const ConvCase cases[] = {
+      {{37, 32, 9, 7}, {32, 32, 3, 3}, {{1, 1}, Padding::same}},
+      {{18, 32, 8, 8}, {40, 32, 3, 3}, {{1, 1}, Padding::same}},
+      {{17, 32, 14, 14}, {64, 32, 3, 3}, {{1, 1}, Padding::same}},
+      {{3, 48, 5, 3}, {32, 48, 3, 3}, {{1, 1}, Padding::same}},
+  };
+  uint64_t seed = 400;
+  for (const ConvCase& c : cases) {
+    SCOPED_TRACE(c.x.to_string() + " * " + c.w.to_string());
+    check_filter_gradient(c, seed, 1e-5);
+    seed += 4;
   }
 }
 

@@ -397,6 +397,7 @@ std::unique_ptr<Kernel> make_conv2d_backprop_filter(const Node& node,
   const Shape db{w[0]};
   if (auto kernel = make_filter_grad_as_forward(node, context, kBias)) return kernel;
   if (auto kernel = make_small_filter_grad(node, context, kBias)) return kernel;
+  if (auto kernel = make_winograd_filter_grad(node, context, kBias)) return kernel;
   return chunked(node, context, x[0], [&](int64_t rows) {
     const Shape xr = with_rows(x, rows), dyr = with_rows(dy, rows);
     auto pd = build(node, [&] {

@@ -15,17 +15,15 @@
 
 #include "tower/kernels/cpu/clones.h"
 #include "tower/kernels/cpu/dnnl_util.h"
+#include "tower/kernels/cpu/winograd_tiles.h"
 #include "tower/ops/conv.h"
 
 namespace tower::cpu {
 namespace {
 
-using F = Vectors<8>::F;
-constexpr int64_t kTiles = 32;  // tiles per block
-// Floats between two positions of V (or M) for `channels` channels: 16 more than the block, so
-// that the 16 positions of a tile do not lie a multiple of 4 KB apart (loads would wait on
-// unrelated stores).
-constexpr int64_t position_step(int64_t channels) { return channels * kTiles + 16; }
+using winograd::F;
+using winograd::kTiles;
+using winograd::position_step;
 constexpr int kRows = 6;  // tiles per step of the matrix product (x 16 output channels)
 
 class WinogradFilterFormat : public Layout::Format {
@@ -54,61 +52,6 @@ struct WinogradJob {
   int64_t c, k, h, w;
   int flags;  // 1 bias, 2 add, 4 relu
 };
-
-// Row r of input tile d (4 vectors, zero outside the image) times B: d0 - d2, d1 + d2, d2 - d1,
-// d1 - d3.
-TOWER_ALWAYS_INLINE void input_row(const WinogradJob& j, const float* plane, int64_t yy, int64_t x0,
-                                   bool inside, F& e0, F& e1, F& e2, F& e3) {
-  F d[4];
-  if (inside) {
-    for (int q = 0; q < 4; ++q) load(d[q], plane + (yy * j.w + x0 + q) * 8);
-  } else {
-    for (int q = 0; q < 4; ++q) {
-      d[q] = F{};
-      if (yy >= 0 && yy < j.h && x0 + q >= 0 && x0 + q < j.w)
-        load(d[q], plane + (yy * j.w + x0 + q) * 8);
-    }
-  }
-  e0 = d[0] - d[2];
-  e1 = d[1] + d[2];
-  e2 = d[2] - d[1];
-  e3 = d[1] - d[3];
-}
-
-// V for tiles [t0, t0 + n) of the image (tw tiles per row): B^T d B, rows then columns, with
-// at most three rows live.
-TOWER_ALWAYS_INLINE void input_transform(const WinogradJob& j, int64_t t0, int64_t n, int64_t tw) {
-  const int64_t cbs = j.c / 8, step = position_step(j.c);
-  for (int64_t cb = 0; cb < cbs; ++cb) {
-    const float* plane = j.x + cb * j.h * j.w * 8;
-    for (int64_t t = 0; t < n; ++t) {
-      const int64_t y0 = (t0 + t) / tw * 2 - 1, x0 = (t0 + t) % tw * 2 - 1;
-      const bool inside = y0 >= 0 && x0 >= 0 && y0 + 3 < j.h && x0 + 3 < j.w;
-      float* v = j.v + (cb * kTiles + t) * 8;
-      F a0, a1, a2, a3, b0, b1, b2, b3, c0, c1, c2, c3;
-      input_row(j, plane, y0, x0, inside, a0, a1, a2, a3);
-      input_row(j, plane, y0 + 2, x0, inside, c0, c1, c2, c3);
-      store(v + 0 * step, a0 - c0);
-      store(v + 1 * step, a1 - c1);
-      store(v + 2 * step, a2 - c2);
-      store(v + 3 * step, a3 - c3);
-      input_row(j, plane, y0 + 1, x0, inside, b0, b1, b2, b3);
-      store(v + 4 * step, b0 + c0);
-      store(v + 5 * step, b1 + c1);
-      store(v + 6 * step, b2 + c2);
-      store(v + 7 * step, b3 + c3);
-      store(v + 8 * step, c0 - b0);
-      store(v + 9 * step, c1 - b1);
-      store(v + 10 * step, c2 - b2);
-      store(v + 11 * step, c3 - b3);
-      input_row(j, plane, y0 + 3, x0, inside, a0, a1, a2, a3);
-      store(v + 12 * step, b0 - a0);
-      store(v + 13 * step, b1 - a1);
-      store(v + 14 * step, b2 - a2);
-      store(v + 15 * step, b3 - a3);
-    }
-  }
-}
 
 // M[p][kb..kb+1][t..t+rows) = sum over c of V[p][c][t] U[p][c][kb..kb+1] (16 output channels).
 template <int kR>
@@ -209,7 +152,7 @@ TOWER_ALWAYS_INLINE void winograd_image_body(const WinogradJob& j) {
   const int64_t th = (j.h + 1) / 2, tw = (j.w + 1) / 2;
   for (int64_t t0 = 0; t0 < th * tw; t0 += kTiles) {
     const int64_t n = std::min(kTiles, th * tw - t0);
-    input_transform(j, t0, n, tw);
+    winograd::input_transform({j.x, j.c, j.h, j.w}, j.v, t0, n, tw);
     product(j, n);
     switch (j.flags) {
 #define TOWER_WINOGRAD_CASE(f)         \

@@ -23,5 +23,10 @@ std::unique_ptr<Kernel> make_winograd_conv(const Node& node, const KernelContext
 // Conv2DBackpropInput of such a convolution (inputs w, dy) by the same kernel, or null.
 std::unique_ptr<Kernel> make_winograd_backprop_input(const Node& node,
                                                      const KernelContext& context);
+// Conv2DBackpropFilter[+BiasAddGrad with `bias`] of a 3x3 stride-1 SAME fp32 convolution under
+// AVX2 with 32 or more input channels in blocks of 16 and 32 or more output channels in blocks of 8
+// (conv_filter_grad_winograd.cc), or null.
+std::unique_ptr<Kernel> make_winograd_filter_grad(const Node& node, const KernelContext& context,
+                                                  bool bias);
 
 }  // namespace tower::cpu

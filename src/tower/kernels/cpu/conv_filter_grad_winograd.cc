@@ -105,11 +105,24 @@ TOWER_ALWAYS_INLINE void product_rows(const FilterGradJob& j, int p, int64_t k0,
     for (int q = 0; q < kV; ++q) store(out + r * j.c + q * 8, acc[r][q]);
 }
 
+// An image's input and output gradient to fetch into the cache while block `block` of `blocks`
+// is multiplied (x null: none).
+struct Ahead {
+  const float* x;
+  int64_t x_floats;
+  const float* dy;
+  int64_t dy_floats, block, blocks;
+};
+
 // Rows of 6 output channels by 16 input channels; the 2 or 4 rows left (k is a multiple of 8) with
 // at least 8 accumulators, fewer leaving the multiply-adds waiting on each other.
-TOWER_ALWAYS_INLINE void product(const FilterGradJob& j, int64_t n) {
+TOWER_ALWAYS_INLINE void product(const FilterGradJob& j, int64_t n, const Ahead& ahead) {
   const int64_t rest = j.k % kRows, k1 = j.k - rest;
   for (int p = 0; p < 16; ++p) {
+    if (ahead.x != nullptr) {
+      winograd::prefetch_part(ahead.x, ahead.x_floats, ahead.block * 16 + p, ahead.blocks * 16);
+      winograd::prefetch_part(ahead.dy, ahead.dy_floats, ahead.block * 16 + p, ahead.blocks * 16);
+    }
     for (int64_t cb = 0; cb < j.c / 8; cb += 2)
       for (int64_t k0 = 0; k0 < k1; k0 += kRows) product_rows<kRows, 2>(j, p, k0, cb, n);
     if (rest == 4)
@@ -131,13 +144,12 @@ TOWER_ALWAYS_INLINE void filter_grad_chunk_body(const FilterGradJob& j) {
     const float* dy = j.dy + i * dys;
     for (int64_t t0 = 0; t0 < tiles; t0 += kTiles) {
       const int64_t n = std::min(kTiles, tiles - t0);
-      if (i + 1 < j.images) {  // the next image's, a part in each block
-        winograd::prefetch_part(x + xs, xs, t0 / kTiles, blocks);
-        winograd::prefetch_part(dy + dys, dys, t0 / kTiles, blocks);
-      }
       winograd::input_transform({x, j.c, j.h, j.w}, j.v, t0, n, tw);
       gradient_transform(j, dy, t0, n, tw);
-      product(j, n);
+      // The next image's, a part at each position of each block.
+      const Ahead ahead{
+          i + 1 < j.images ? x + xs : nullptr, xs, dy + dys, dys, t0 / kTiles, blocks};
+      product(j, n, ahead);
       for (int64_t kb = 0; kb < j.k / 8; ++kb) {
         const float* a = j.a + 5 * position_step(j.k) + kb * kTiles * 8;
         F sum;
@@ -250,7 +262,7 @@ std::unique_ptr<Kernel> make_winograd_filter_grad(const Node& node, const Kernel
   const Shape& x = node.inputs[0].shape();
   const int64_t k = a.shape[0];
   if (cpu_isa() != CpuIsa::avx2 || context.precision != Precision::fp32 ||
-      !is_same_3x3(a.shape, a.conv) || x[0] == 0 || x[1] < 32 || k < 32 || x[1] % 16 != 0 ||
+      !is_same_3x3(a.shape, a.conv) || x[0] == 0 || x[1] < 16 || k < 16 || x[1] % 16 != 0 ||
       k % 8 != 0)
     return nullptr;
   return std::make_unique<WinogradFilterGrad>(node, context, bias);

@@ -16,7 +16,7 @@ bool is_winograd_filter(const Layout& layout);
 void winograd_filter(const float* w, const Shape& w_shape, const Layout& layout, float* u);
 
 // The Conv2D[+BiasAdd][+Add][+Relu] kernel by Winograd's F(2x2, 3x3), or null where it does not
-// apply: AVX2, fp32, 3x3 stride-1 SAME, 32 or more input channels in blocks of 8 and output
+// apply: AVX2, fp32, 3x3 stride-1 SAME, 16 or more input channels in blocks of 8 and output
 // channels in blocks of 16, and a plain filter.
 std::unique_ptr<Kernel> make_winograd_conv(const Node& node, const KernelContext& context,
                                            const ConvEpilogue& epilogue);
@@ -24,7 +24,7 @@ std::unique_ptr<Kernel> make_winograd_conv(const Node& node, const KernelContext
 std::unique_ptr<Kernel> make_winograd_backprop_input(const Node& node,
                                                      const KernelContext& context);
 // Conv2DBackpropFilter[+BiasAddGrad with `bias`] of a 3x3 stride-1 SAME fp32 convolution under
-// AVX2 with 32 or more input channels in blocks of 16 and 32 or more output channels in blocks of 8
+// AVX2 with 16 or more input channels in blocks of 16 and 16 or more output channels in blocks of 8
 // (conv_filter_grad_winograd.cc), or null.
 std::unique_ptr<Kernel> make_winograd_filter_grad(const Node& node, const KernelContext& context,
                                                   bool bias);

@@ -166,12 +166,6 @@ TOWER_ALWAYS_INLINE void filter_grad_chunk_body(const FilterGradJob& j) {
 }
 TOWER_CPU_VARIANTS(filter_grad_chunk, (const FilterGradJob& j), (j))
 
-Layout blocked(const Shape& shape) {
-  return to_layout(dnnl::memory::desc(to_dims(shape), dnnl::memory::data_type::f32,
-                                      dnnl::memory::format_tag::nChw8c),
-                   shape);
-}
-
 // Conv2DBackpropFilter[+BiasAddGrad] (inputs x, dy -> dw[, db]).
 class WinogradFilterGrad final : public Kernel {
  public:
@@ -188,7 +182,9 @@ class WinogradFilterGrad final : public Kernel {
     return member_bytes() * static_cast<size_t>(members_) +
            part_bytes() * static_cast<size_t>(chunks_);
   }
-  Layout input_layout(int i) const override { return blocked(node_.inputs[i].shape()); }
+  Layout input_layout(int i) const override {
+    return winograd_activation_layout(node_.inputs[i].shape());
+  }
 
   Tasks tasks() const override { return Tasks::split(chunks_); }
   void run_task(const KernelIO& io, int task, int member) override {

@@ -182,12 +182,6 @@ TOWER_ALWAYS_INLINE void winograd_image_body(const WinogradJob& j) {
 }
 TOWER_CPU_VARIANTS(winograd_image, (const WinogradJob& j), (j))
 
-Layout blocked(const Shape& shape) {
-  return to_layout(dnnl::memory::desc(to_dims(shape), dnnl::memory::data_type::f32,
-                                      dnnl::memory::format_tag::nChw8c),
-                   shape);
-}
-
 // Conv2D[+BiasAdd][+Add][+Relu] (inputs x, w[, bias]), or Conv2DBackpropInput (inputs w, dy: the
 // convolution of dy by the flipped filter with its channel dimensions swapped).
 class WinogradConv final : public Kernel {
@@ -203,8 +197,8 @@ class WinogradConv final : public Kernel {
     const Shape& x = node.inputs[static_cast<size_t>(x_)].shape();
     c_ = x[1];
     k_ = node.outputs[0].shape[1];
-    x_layout_ = blocked(x);
-    y_layout_ = blocked(node.outputs[0].shape);
+    x_layout_ = winograd_activation_layout(x);
+    y_layout_ = winograd_activation_layout(node.outputs[0].shape);
     w_layout_ =
         winograd_filter_layout(node.inputs[static_cast<size_t>(w_)].shape(), backprop_input);
   }
@@ -261,6 +255,12 @@ bool winograd_applies(const KernelContext& context, const Layout& filter, const 
 }
 
 }  // namespace
+
+Layout winograd_activation_layout(const Shape& shape) {
+  return to_layout(dnnl::memory::desc(to_dims(shape), dnnl::memory::data_type::f32,
+                                      dnnl::memory::format_tag::nChw8c),
+                   shape);
+}
 
 Layout winograd_filter_layout(const Shape& w, bool flipped) {
   return Layout(std::make_shared<WinogradFilterFormat>(w, flipped));

@@ -7,6 +7,8 @@
 
 namespace tower::cpu {
 
+// The layout the kernels read and write activations of `shape` in: nChw8c.
+Layout winograd_activation_layout(const Shape& shape);
 // The layout of a 3x3 filter w (K, C, 3, 3) transformed for the kernel: U = G g G^T per filter, as
 // [16 positions][K / 8][C][8 output channels]; `flipped`, of the filter of the input gradient
 // instead (from K channels to C, rows and columns reversed). The runtime's reorder (reorder.cc)

@@ -189,9 +189,33 @@ TEST(ModelsTest, ContendedModeKeepsTheBitsOfResnet20) {
   expect_contended_mode_keeps_the_bits("resnet20", Shape{3, 32, 32}, true);
 }
 
+// ResNet-20's inference (batch norms folded into the convolutions, conv_batch_norm.cc, whose tasks
+// are the convolution's) on 2 threads, twice: the logits of the second run.
+std::vector<float> resnet20_inference(ProgramOptions::Contention contention) {
+  Graph graph;
+  Scope s(graph);
+  Value images = s.placeholder("images", Shape{32, 3, 32, 32});
+  Value logits = get_model("resnet20").build(s, images, 10, Mode::eval).logits;
+  VariableStore variables;
+  variables.initialize(graph, 5);
+  ProgramOptions options{Device{}, 2};
+  options.contention = contention;
+  Program program(graph, {logits}, variables, options);
+  EXPECT_GT(program.stats().fused_nodes, 0);
+  program.input(images).copy_from(separable(Shape{3, 32, 32}, 32, 4).images);
+  for (int run = 0; run < 2; ++run) program.run();
+  EXPECT_EQ(program.stats().contended_runs, contention == ProgramOptions::Contention::on ? 2 : 0);
+  return program.output(0).to_vector<float>();
+}
+TEST(ModelsTest, ContendedModeKeepsTheBitsOfResnet20Inference) {
+  EXPECT_EQ(resnet20_inference(ProgramOptions::Contention::off),
+            resnet20_inference(ProgramOptions::Contention::on));
+}
+
 // For `make tsan`: contended mode alone (team mode's OpenMP regions look racy to ThreadSanitizer,
-// which does not see libgomp's fork and join), twice, with the same bits each time: lenet, and
-// ResNet-20 (its batch norms' channel groups as tasks).
+// which does not see libgomp's fork and join), twice, with the same bits each time: lenet,
+// ResNet-20 (its batch norms' channel groups as tasks), and ResNet-20's inference (the folded batch
+// norm's fold made by whichever task comes first).
 void expect_contended_mode_repeats_its_bits(const std::string& model, const Shape& example) {
   TrainingGraph t(model, example, 64, 10, 3);
   const Problem p = separable(example, 64, 4);
@@ -211,6 +235,10 @@ TEST(ModelsTest, ContendedModeRepeatsItsBits) {
 }
 TEST(ModelsTest, ContendedModeRepeatsItsBitsOnResnet20) {
   expect_contended_mode_repeats_its_bits("resnet20", Shape{3, 32, 32});
+}
+TEST(ModelsTest, ContendedModeRepeatsItsBitsOnResnet20Inference) {
+  EXPECT_EQ(resnet20_inference(ProgramOptions::Contention::on),
+            resnet20_inference(ProgramOptions::Contention::on));
 }
 
 // One step of a training graph compiled with and without layout propagation: the fetches and

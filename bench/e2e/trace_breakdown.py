@@ -1,0 +1,85 @@
+#!/usr/bin/env python3
+"""Where a training step's time goes, from a `tower train --trace FILE` trace.
+
+Per step (from one "towers: forward, backward, reduce" slice on the main lane to the next): the
+period; each tower lane's kernel time; "outside the kernels", 1 - the towers' mean kernel time /
+the period; and the main lane's parts: the towers' phase (and in it, the time before the first
+kernel, after the last, and between kernels), the optimizer and moving average, taking the next
+batch, and logging and summaries. The first `--skip` steps (warm-up) are left out; the figures
+are medians over the rest.
+
+usage: bench/e2e/trace_breakdown.py TRACE [--skip N]
+"""
+import argparse
+import json
+import statistics
+import sys
+
+
+def load(path):
+    with open(path) as f:
+        data = json.load(f)
+    events = data["traceEvents"] if isinstance(data, dict) else data
+    lanes = {e["tid"]: e["args"]["name"] for e in events
+             if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    slices = [e for e in events if e.get("ph") == "X"]
+    return lanes, slices
+
+
+def overlap(begin, end, slices):
+    """The time of `slices` (sorted, on one lane) inside [begin, end)."""
+    return sum(max(0.0, min(end, s["ts"] + s["dur"]) - max(begin, s["ts"])) for s in slices)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("trace")
+    parser.add_argument("--skip", type=int, default=10, help="warm-up steps left out (10)")
+    args = parser.parse_args()
+    lanes, slices = load(args.trace)
+    main_tid = next((t for t, n in lanes.items() if n.startswith("main")), None)
+    towers = sorted(t for t, n in lanes.items() if n.startswith("tower "))
+    if main_tid is None or not towers:
+        sys.exit(f"{args.trace}: no main lane or tower lanes (lanes: {sorted(lanes.values())})")
+    on_main = sorted((s for s in slices if s["tid"] == main_tid), key=lambda s: s["ts"])
+    steps = [s for s in on_main if s["name"].startswith("towers")]
+    kernels = {t: sorted((s for s in slices if s["tid"] == t and s["cat"] == "kernel"),
+                         key=lambda s: s["ts"]) for t in towers}
+    rows = []
+    for step, after in zip(steps[args.skip:], steps[args.skip + 1:]):
+        begin, end = step["ts"], after["ts"]
+        phase_end = step["ts"] + step["dur"]
+        row = {"period": end - begin, "towers": step["dur"]}
+        busy, first, last, gaps = [], [], [], []
+        for t in towers:
+            inside = [k for k in kernels[t] if begin <= k["ts"] < phase_end]
+            busy.append(overlap(begin, end, kernels[t]))
+            if inside:
+                first.append(inside[0]["ts"] - begin)
+                last.append(phase_end - (inside[-1]["ts"] + inside[-1]["dur"]))
+                gaps.append(sum(b["ts"] - (a["ts"] + a["dur"]) for a, b in zip(inside, inside[1:])))
+        row["kernels"] = statistics.mean(busy)
+        row["before first kernel"] = statistics.mean(first) if first else 0.0
+        row["after last kernel"] = statistics.mean(last) if last else 0.0
+        row["between kernels"] = statistics.mean(gaps) if gaps else 0.0
+        for label, prefix in (("optimizer", "optimizer"), ("next batch", "take the next batch"),
+                              ("wait for a batch", "wait for a batch"),
+                              ("log and summaries", "log and summaries")):
+            row[label] = sum(s["dur"] for s in on_main
+                             if s["name"].startswith(prefix) and begin <= s["ts"] < end)
+        rows.append(row)
+    if not rows:
+        sys.exit(f"{args.trace}: {len(steps)} steps, none left after --skip {args.skip}")
+    med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
+    print(f"{len(rows)} steps (after {args.skip} skipped), {len(towers)} tower lanes; "
+          f"medians in ms")
+    for key in ("period", "kernels", "towers", "before first kernel", "between kernels",
+                "after last kernel", "optimizer", "next batch", "wait for a batch",
+                "log and summaries"):
+        print(f"  {key:<20} {med[key] / 1000:8.3f}")
+    outside = statistics.median(1 - r["kernels"] / r["period"] for r in rows)
+    print(f"  outside the kernels  {100 * outside:7.1f}% of the period")
+
+
+if __name__ == "__main__":
+    main()

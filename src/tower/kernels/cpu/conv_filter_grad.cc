@@ -11,11 +11,10 @@
 // its own partial; the chunks are then added in order: the same bits on every thread count and
 // mode. The file is compiled with -ffp-contract=fast, so that acc += a * b is one fused
 // multiply-add in the AVX2 clone.
-#include <omp.h>
-
 #include <algorithm>
 #include <cstring>
 
+#include "tower/kernels/cpu/chunk_partials.h"
 #include "tower/kernels/cpu/clones.h"
 #include "tower/kernels/cpu/conv.h"
 #include "tower/kernels/cpu/dnnl_util.h"
@@ -156,35 +155,29 @@ TOWER_CPU_VARIANTS(filter_grad_chunk,
                    (x, dy, images, g, xp, part))
 
 // Conv2DBackpropFilter[+BiasAddGrad] (inputs x, dy -> dw[, db]).
-class SmallFilterGrad : public Kernel {
+// Each member's scratch: one padded plane.
+class SmallFilterGrad : public ChunkPartialsKernel {
  public:
   SmallFilterGrad(const Node& node, const KernelContext& context, const FilterGradGeometry& g,
                   const dnnl::memory::desc& dy_md, bool bias)
-      : node_(node),
+      : ChunkPartialsKernel(context, node.inputs[0].shape()[0], kRows,
+                            static_cast<size_t>(g.padded_h * g.padded_w) * sizeof(float),
+                            static_cast<size_t>(g.part_floats()) * sizeof(float)),
+        node_(node),
         g_(g),
         dy_md_(dy_md),
         bias_(bias),
-        batch_(node.inputs[0].shape()[0]),
-        chunks_(static_cast<int>(std::max<int64_t>((batch_ + kRows - 1) / kRows, 1))),
-        team_(std::max(context.num_threads, 1)),
-        members_(std::max(context.members, team_)) {}
+        batch_(node.inputs[0].shape()[0]) {}
 
-  size_t scratch_bytes() const override {
-    return plane_bytes() * static_cast<size_t>(members_) +
-           part_bytes() * static_cast<size_t>(chunks_);
-  }
   Layout input_layout(int i) const override {
     return i == 1 ? to_layout(dy_md_, node_.inputs[1].shape()) : Layout{};
   }
 
-  Tasks tasks() const override { return Tasks::split(chunks_); }
   void run_task(const KernelIO& io, int task, int member) override {
-    auto* scratch = static_cast<char*>(io.scratch);
     const int64_t first = task * kRows, images = std::min(kRows, batch_ - first);
     filter_grad_chunk(io.inputs[0].data<float>() + first * g_.channels * g_.height * g_.width,
                       io.inputs[1].data<float>() + first * g_.ds[0], std::max<int64_t>(images, 0),
-                      g_, reinterpret_cast<float*>(scratch + plane_bytes() * member),
-                      part(io, task));
+                      g_, member_scratch(io, member), part(io, task));
   }
   // dw[o, i, r, c] and db[o]: the chunks' partials added in chunk order.
   void finish_tasks(const KernelIO& io) override {
@@ -192,7 +185,7 @@ class SmallFilterGrad : public Kernel {
     const int64_t taps = w[1] * w[2] * w[3], oc = w[0];
     float* dw = io.outputs[0].data<float>();
     float* db = bias_ ? io.outputs[1].data<float>() : nullptr;
-    for (int c = 0; c < chunks_; ++c) {
+    for (int c = 0; c < chunks(); ++c) {
       const float* p = part(io, c);
       for (int64_t o = 0; o < oc; ++o) {
         for (int64_t k = 0; k < taps; ++k) {
@@ -203,29 +196,13 @@ class SmallFilterGrad : public Kernel {
       }
     }
   }
-  void run(const KernelIO& io) override {
-#pragma omp parallel for num_threads(team_) schedule(dynamic, 1) if (chunks_ > 1)
-    for (int c = 0; c < chunks_; ++c) run_task(io, c, omp_get_thread_num());
-    finish_tasks(io);
-  }
 
  private:
-  size_t plane_bytes() const {
-    return align64(static_cast<size_t>(g_.padded_h * g_.padded_w) * sizeof(float));
-  }
-  size_t part_bytes() const { return align64(static_cast<size_t>(g_.part_floats()) * 4); }
-  float* part(const KernelIO& io, int chunk) const {
-    return reinterpret_cast<float*>(static_cast<char*>(io.scratch) +
-                                    plane_bytes() * static_cast<size_t>(members_) +
-                                    part_bytes() * static_cast<size_t>(chunk));
-  }
-
   const Node& node_;
   FilterGradGeometry g_;
   dnnl::memory::desc dy_md_;
   bool bias_;
   int64_t batch_;
-  int chunks_, team_, members_;
 };
 
 }  // namespace

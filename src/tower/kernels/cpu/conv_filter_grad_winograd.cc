@@ -9,10 +9,9 @@
 // in order into its own partial; finish_tasks adds the chunks in order and transforms: the same
 // bits on every thread count. The bias gradient (Conv2DBackpropFilter+BiasAddGrad) is the sum of
 // position (1, 1) of A dY A^T, the sum of each tile's four outputs.
-#include <omp.h>
-
 #include <algorithm>
 
+#include "tower/kernels/cpu/chunk_partials.h"
 #include "tower/kernels/cpu/clones.h"
 #include "tower/kernels/cpu/conv.h"
 #include "tower/kernels/cpu/conv_winograd.h"
@@ -167,30 +166,32 @@ TOWER_ALWAYS_INLINE void filter_grad_chunk_body(const FilterGradJob& j) {
 TOWER_CPU_VARIANTS(filter_grad_chunk, (const FilterGradJob& j), (j))
 
 // Conv2DBackpropFilter[+BiasAddGrad] (inputs x, dy -> dw[, db]).
-class WinogradFilterGrad final : public Kernel {
+// A member's scratch for c input and k output channels: a block's transformed tiles (V, then
+// A dY A^T). A chunk's partial: the 16 positions' sums, then the bias gradient.
+size_t tile_bytes(int64_t c, int64_t k) {
+  return static_cast<size_t>(16 * (position_step(c) + position_step(k))) * sizeof(float);
+}
+size_t partial_floats(int64_t c, int64_t k) { return static_cast<size_t>(16 * k * c + k); }
+
+class WinogradFilterGrad final : public ChunkPartialsKernel {
  public:
   WinogradFilterGrad(const Node& node, const KernelContext& context, bool bias)
-      : node_(node),
+      : ChunkPartialsKernel(
+            context, node.inputs[0].shape()[0], kImages,
+            tile_bytes(node.inputs[0].shape()[1], node.inputs[1].shape()[1]),
+            partial_floats(node.inputs[0].shape()[1], node.inputs[1].shape()[1]) * sizeof(float)),
+        node_(node),
         bias_(bias),
         x_(node.inputs[0].shape()),
-        k_(node.inputs[1].shape()[1]),
-        chunks_(static_cast<int>((x_[0] + kImages - 1) / kImages)),
-        team_(std::max(context.num_threads, 1)),
-        members_(std::max(context.members, team_)) {}
+        k_(node.inputs[1].shape()[1]) {}
 
-  size_t scratch_bytes() const override {
-    return member_bytes() * static_cast<size_t>(members_) +
-           part_bytes() * static_cast<size_t>(chunks_);
-  }
   Layout input_layout(int i) const override {
     return winograd_activation_layout(node_.inputs[i].shape());
   }
 
-  Tasks tasks() const override { return Tasks::split(chunks_); }
   void run_task(const KernelIO& io, int task, int member) override {
     const int64_t first = task * kImages, plane = x_[2] * x_[3];
-    float* scratch = reinterpret_cast<float*>(static_cast<char*>(io.scratch) +
-                                              member_bytes() * static_cast<size_t>(member));
+    float* scratch = member_scratch(io, member);
     filter_grad_chunk({io.inputs[0].data<float>() + first * x_[1] * plane,
                        io.inputs[1].data<float>() + first * k_ * plane,
                        std::min(kImages, x_[0] - first), x_[1], k_, x_[2], x_[3], scratch,
@@ -199,9 +200,9 @@ class WinogradFilterGrad final : public Kernel {
   // The chunks' partials added in chunk order, then dw = G^T M G per output and input channel (G's
   // columns: 1, 1/2, 1/2, 0; 0, 1/2, -1/2, 0; 0, 1/2, 1/2, 1), and db.
   void finish_tasks(const KernelIO& io) override {
-    const int64_t c = x_[1], floats = 16 * k_ * c + k_;
+    const int64_t c = x_[1], floats = static_cast<int64_t>(partial_floats(c, k_));
     float* sum = part(io, 0);
-    for (int chunk = 1; chunk < chunks_; ++chunk) {
+    for (int chunk = 1; chunk < chunks(); ++chunk) {
       const float* p = part(io, chunk);
       for (int64_t e = 0; e < floats; ++e) sum[e] += p[e];
     }
@@ -224,30 +225,12 @@ class WinogradFilterGrad final : public Kernel {
       }
     if (bias_) std::copy(sum + 16 * k_ * c, sum + floats, io.outputs[1].data<float>());
   }
-  void run(const KernelIO& io) override {
-#pragma omp parallel for num_threads(team_) schedule(dynamic, 1) if (chunks_ > 1 && team_ > 1)
-    for (int chunk = 0; chunk < chunks_; ++chunk)
-      run_task(io, chunk, team_ > 1 ? omp_get_thread_num() : 0);
-    finish_tasks(io);
-  }
 
  private:
-  size_t member_bytes() const {
-    return align64(static_cast<size_t>(16 * (position_step(x_[1]) + position_step(k_))) *
-                   sizeof(float));
-  }
-  size_t part_bytes() const { return align64(static_cast<size_t>(16 * k_ * x_[1] + k_) * 4); }
-  float* part(const KernelIO& io, int chunk) const {
-    return reinterpret_cast<float*>(static_cast<char*>(io.scratch) +
-                                    member_bytes() * static_cast<size_t>(members_) +
-                                    part_bytes() * static_cast<size_t>(chunk));
-  }
-
   const Node& node_;
   bool bias_;
   Shape x_;
   int64_t k_;
-  int chunks_, team_, members_;
 };
 
 }  // namespace

@@ -140,5 +140,54 @@ TEST(FusionTest, ResidualAddJoinsOneBranchOnly) {
   EXPECT_EQ(plan.fused_nodes, 4);
 }
 
+// A training residual block's end, relu(batch norm + shortcut): the batch norm takes the sum and
+// the ReLU where it stands, and keeps its statistics as outputs 1 and 2. With a projection
+// shortcut, built after the main branch's batch norm, the shortcut's batch norm takes them (the
+// fused node may not read a value made after it).
+TEST(FusionTest, TrainingBatchNormTakesTheResidualSumBuiltBeforeIt) {
+  Graph g;
+  Scope s(g);
+  Value x = s.placeholder("x", Shape{2, 4, 6, 6});
+  auto bn = [&](const std::string& name, Value in) {
+    auto channel = [&](const std::string& v) {
+      return s.get_variable(name + "/" + v, Shape{4}, Initializer::zeros());
+    };
+    return ops::batch_norm(s, in, channel("gamma"), channel("beta"), channel("mean"),
+                           channel("var"), {})
+        .y;
+  };
+  const Value main = bn("main", x);
+  const Value main_mean = main.node->output(1), main_variance = main.node->output(2);
+  Value identity_end = ops::relu(s, ops::add(s, main, x));
+  const Value branch = bn("branch", ops::tanh(s, identity_end));
+  const Value shortcut = bn("shortcut", identity_end);
+  Value projection_end = ops::relu(s, ops::add(s, branch, shortcut));
+  const std::vector<Value> fetches = {projection_end, main_mean, shortcut.node->output(2)};
+  const FusionPlan plan = plan_fusion(g, all_needed(g), fetches, DeviceKind::cpu);
+  EXPECT_EQ(fused_ops(plan),
+            (std::vector<std::string>{"FusedBatchNorm+Add+Relu", "FusedBatchNorm+Add+Relu"}));
+  std::vector<Value> inputs = main.node->inputs;
+  inputs.push_back(x);
+  EXPECT_EQ(plan.fused.at(main.node->id)->inputs, inputs);
+  EXPECT_EQ(plan.fused_outputs.at(main.node->id),
+            (std::vector<Value>{identity_end, main_mean, main_variance}));
+  EXPECT_EQ(plan.fused.at(shortcut.node->id)->inputs.back(), branch);
+  EXPECT_FALSE(plan.absorbed[static_cast<size_t>(branch.node->id)]);
+  EXPECT_EQ(plan.fused_nodes, 4);
+  // An inference batch norm keeps no statistics: not this fusion's.
+  Graph h;
+  Scope t(h);
+  Value z = t.placeholder("z", Shape{2, 4, 6, 6});
+  auto channel = [&](const std::string& v) {
+    return t.get_variable(v, Shape{4}, Initializer::zeros());
+  };
+  const Value folded = ops::batch_norm(t, z, channel("gamma"), channel("beta"), channel("mean"),
+                                       channel("var"), {.mode = ops::BatchNormMode::inference})
+                           .y;
+  Value end = ops::relu(t, ops::add(t, folded, z));
+  EXPECT_EQ(fused_ops(plan_fusion(h, all_needed(h), {end}, DeviceKind::cpu)),
+            (std::vector<std::string>{"Add+Relu"}));
+}
+
 }  // namespace
 }  // namespace tower

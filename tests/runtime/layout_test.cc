@@ -217,13 +217,17 @@ TEST(LayoutTest, InferenceBatchNormFoldedIntoTheConvolutionKeepsResults) {
 }
 
 // A training batch norm with its ReLU in one pass (FusedBatchNorm+Relu), and its gradient with the
-// ReLU's (ReluGrad+FusedBatchNormGrad): the same bits as the kernels apart, forward and
+// ReLU's (ReluGrad+FusedBatchNormGrad); or, at a residual block's end, with the shortcut added
+// before the ReLU (FusedBatchNorm+Add+Relu): the same bits as the kernels apart, forward and
 // gradients, with the statistics still reaching the gradient.
 TEST(LayoutTest, BatchNormTakesItsReluWithTheSameBits) {
-  // x plain (oneDNN's batch norm; the gradient masks dy into scratch first) and in a
-  // convolution's blocked layout (the channel groups, masking in their passes).
-  for (bool blocked : {false, true}) {
-    SCOPED_TRACE(blocked ? "blocked" : "plain");
+  // x plain (oneDNN's batch norm; the gradient masks dy into scratch first, the sum follows the
+  // batch norm) and in a convolution's blocked layout (the channel groups, masking and adding in
+  // their passes; the shortcut, plain, converted to x's layout).
+  for (const auto& [blocked, residual] : {std::pair{false, false}, std::pair{true, false},
+                                          std::pair{false, true}, std::pair{true, true}}) {
+    SCOPED_TRACE(::testing::Message()
+                 << (blocked ? "blocked" : "plain") << (residual ? ", residual" : ""));
     Graph graph;
     Scope s(graph);
     Value images = s.placeholder("x", Shape{8, 16, 6, 6});
@@ -235,9 +239,10 @@ TEST(LayoutTest, BatchNormTakesItsReluWithTheSameBits) {
       x = ops::conv2d(s, images, s.get_variable("w", Shape{16, 16, 1, 1}, Initializer::he_normal()),
                       {{1, 1}, ops::Padding::valid});
     Value gamma = channel("gamma"), beta = channel("beta");
-    Value y = ops::relu(s, ops::batch_norm(s, x, gamma, beta, channel("mean", Trainable::no),
-                                           channel("var", Trainable::no), {})
-                               .y);
+    Value y = ops::batch_norm(s, x, gamma, beta, channel("mean", Trainable::no),
+                              channel("var", Trainable::no), {})
+                  .y;
+    y = ops::relu(s, residual ? ops::add(s, y, images) : y);
     Value loss = ops::l2_loss(s, y);
     std::vector<Value> fetches = {loss, y};
     for (Value g : gradients(s, loss, {images, gamma, beta})) fetches.push_back(g);
@@ -246,7 +251,9 @@ TEST(LayoutTest, BatchNormTakesItsReluWithTheSameBits) {
     const Tensor input = testing::random_tensor(Shape{8, 16, 6, 6}, 7);
     const auto [separate, fused] =
         expect_fusion_keeps_bits(graph, fetches, variables, true, images, input);
-    EXPECT_EQ(fused.fused_nodes, 2);  // FusedBatchNorm+Relu, ReluGrad+FusedBatchNormGrad
+    // FusedBatchNorm+Relu and ReluGrad+FusedBatchNormGrad, or the Add and the ReLU inside
+    // FusedBatchNorm+Add+Relu
+    EXPECT_EQ(fused.fused_nodes, 2);
   }
 }
 

@@ -60,6 +60,20 @@ const ChainRule kChains[] = {
      nullptr,
      false,
      true},
+    // A residual block's end in training: the shortcut added and the ReLU in the batch norm's
+    // normalizing pass (the gradient never reads the sum before the ReLU, so it is not
+    // written). Built where the batch norm is: the other operand must come before it.
+    {{"FusedBatchNorm"},
+     "Add",
+     {"Relu"},
+     [](const Node& first, const Node& add) {
+       const Value& other = add.inputs[0] == out(&first) ? add.inputs[1] : add.inputs[0];
+       return first.attr<ops::BatchNormAttrs>().mode == ops::BatchNormMode::training &&
+              same_shapes(add, add) && other.node->id < first.id;
+     },
+     nullptr,
+     true,
+     true},
     // ReLU's gradient masking dy for a batch norm's gradient alone, in its passes.
     {{"ReluGrad"},
      "FusedBatchNormGrad",

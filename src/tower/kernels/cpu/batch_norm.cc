@@ -155,6 +155,51 @@ KernelRegistrar batch_norm_relu_kernel{
       if (auto kernel = make_batch_norm_groups(node, context, true)) return kernel;
       return std::make_unique<FusedBatchNormKernel>(node, context, true);
     }};
+// FusedBatchNorm+Add+Relu (a residual block's end in training: inputs FusedBatchNorm's, then the
+// residual r; outputs FusedBatchNorm's, y = relu(batch norm + r)): where the channel groups do
+// not apply, oneDNN's batch norm into scratch, then the sum and the ReLU.
+class BatchNormThenAddRelu : public Kernel {
+ public:
+  BatchNormThenAddRelu(const Node& node, const KernelContext& context)
+      : inner_(node, context, false), bytes_(inner_.input_layout(0).bytes(node.inputs[0].spec())) {}
+  size_t scratch_bytes() const override { return align64(bytes_) + inner_.scratch_bytes(); }
+  Layout input_layout(int i) const override { return inner_.input_layout(i == 5 ? 0 : i); }
+  Layout output_layout(int o) const override { return inner_.output_layout(o); }
+  void bind(const KernelIO& io) override {
+    inner_io_.inputs.clear();
+    for (size_t i = 0; i < 5; ++i) inner_io_.inputs.push_back(io.inputs[i].view());
+    inner_io_.outputs.clear();
+    inner_io_.outputs.push_back(Tensor::wrap(io.scratch, io.outputs[0].shape(), DType::f32));
+    for (size_t o = 1; o < io.outputs.size(); ++o)
+      inner_io_.outputs.push_back(io.outputs[o].view());
+    inner_io_.scratch = static_cast<char*>(io.scratch) + align64(bytes_);
+    inner_.bind(inner_io_);
+  }
+  Tasks tasks() const override { return inner_.tasks(); }
+  void run(const KernelIO& io) override {
+    inner_.run(inner_io_);
+    const auto* y = static_cast<const float*>(io.scratch);
+    const float* r = io.inputs[5].data<float>();
+    float* out = io.outputs[0].data<float>();
+    for (size_t i = 0; i < bytes_ / sizeof(float); ++i) {
+      const float sum = y[i] + r[i];
+      out[i] = sum > 0.0f ? sum : 0.0f;
+    }
+  }
+
+ private:
+  FusedBatchNormKernel inner_;
+  size_t bytes_ = 0;  // x's, in its layout
+  KernelIO inner_io_;
+};
+
+KernelRegistrar batch_norm_add_relu_kernel{
+    "FusedBatchNorm+Add+Relu", DeviceKind::cpu,
+    [](const Node& node, const KernelContext& context) -> std::unique_ptr<Kernel> {
+      if (auto kernel = make_batch_norm_groups(node, context, true)) return kernel;
+      return std::make_unique<BatchNormThenAddRelu>(node, context);
+    }};
+
 KernelRegistrar batch_norm_grad_kernel{
     "FusedBatchNormGrad", DeviceKind::cpu,
     [](const Node& node, const KernelContext& context) -> std::unique_ptr<Kernel> {

@@ -7,8 +7,9 @@
 
 namespace tower::cpu {
 
-// Training FusedBatchNorm[+Relu] and [ReluGrad+]FusedBatchNormGrad as loops over groups of
-// channels, for x in a convolution's layout (batch_norm_groups.cc); null where they do not apply.
+// Training FusedBatchNorm[+Relu], FusedBatchNorm+Add+Relu (a sixth input: the residual) and
+// [ReluGrad+]FusedBatchNormGrad as loops over groups of channels, for x in a convolution's layout
+// (batch_norm_groups.cc); null where they do not apply.
 std::unique_ptr<Kernel> make_batch_norm_groups(const Node& node, const KernelContext& context,
                                                bool relu);
 std::unique_ptr<Kernel> make_batch_norm_grad_groups(const Node& node, const KernelContext& context,

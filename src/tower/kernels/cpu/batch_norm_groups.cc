@@ -63,6 +63,7 @@ struct ImageJob {
   const float* b;   // normalize: shift; grad_sums: mean
   bool relu;        // normalize
   double* sums;     // moments: mean, m2; grad_sums: sum dy, sum dy * (x - mean) (per image)
+  const float* r;   // normalize: a residual added before the ReLU, or null
 };
 
 template <int L>
@@ -124,7 +125,13 @@ TOWER_ALWAYS_INLINE void run_image(const ImageJob& j, int64_t n, int64_t group) 
     }
     case ImageJob::Kind::normalize: {
       const F scale = vload<L>(j.a), shift = vload<L>(j.b);
-      if (j.relu)
+      const float* const r = j.r;
+      if (r != nullptr)  // (rounded as the kernels apart: the batch norm's y, then y + r)
+        each_position(g, at, [&](int64_t i) {
+          const F v = vload<L>(x + i) * scale + shift + vload<L>(r + i);
+          store(out + i, v > F{} ? v : F{});
+        });
+      else if (j.relu)
         each_position(g, at, [&](int64_t i) {
           const F v = vload<L>(x + i) * scale + shift;
           store(out + i, v > F{} ? v : F{});
@@ -203,12 +210,14 @@ class GroupKernel : public Kernel {
     const int64_t groups = g_.groups(), pairs = g_.images * groups;
 #pragma omp parallel num_threads(team_) if (team_ > 1)
     {
-#pragma omp for schedule(static)
-      for (int64_t p = 0; p < pairs; ++p) bn_image(sums_job(p % groups), p / groups, p % groups);
+      // (each thread writes the pairs it summed, last first: they are still in its cache)
+      const int64_t t = omp_get_thread_num(), threads = omp_get_num_threads();
+      const int64_t begin = pairs * t / threads, end = pairs * (t + 1) / threads;
+      for (int64_t p = begin; p < end; ++p) bn_image(sums_job(p % groups), p / groups, p % groups);
+#pragma omp barrier
 #pragma omp for schedule(static)
       for (int64_t group = 0; group < groups; ++group) merge(io, group);
-#pragma omp for schedule(static)
-      for (int64_t p = pairs - 1; p >= 0; --p)
+      for (int64_t p = end - 1; p >= begin; --p)
         bn_image(writing_job(p % groups), p / groups, p % groups);
     }
   }
@@ -241,11 +250,16 @@ class GroupKernel : public Kernel {
 };
 
 // Inputs (x, gamma, beta, moving_mean, moving_var) -> (y, mean, variance).
+// FusedBatchNorm+Add+Relu: input 5, in x's layout, is added to y before the ReLU.
 class BatchNormGroups : public GroupKernel {
  public:
   BatchNormGroups(const Node& node, const KernelContext& context, ChannelGroups groups, bool relu)
-      : GroupKernel(node, context, groups, context.input_layout(0)), relu_(relu) {}
-  Layout input_layout(int i) const override { return i == 0 ? layout_ : Layout{}; }
+      : GroupKernel(node, context, groups, context.input_layout(0)),
+        relu_(relu),
+        residual_(node.inputs.size() > 5) {}
+  Layout input_layout(int i) const override {
+    return i == 0 || (residual_ && i == 5) ? layout_ : Layout{};
+  }
   Layout output_layout(int o) const override { return o == 0 ? layout_ : Layout{}; }
 
  private:
@@ -260,7 +274,8 @@ class BatchNormGroups : public GroupKernel {
             f,
             f + g_.lanes,
             relu_,
-            sums(io)};
+            sums(io),
+            residual_ ? io.inputs[5].data<float>() : nullptr};
   }
   void merge(const KernelIO& io, int64_t group) const override {
     float* f = factors(io) + group * g_.lanes * 2;
@@ -283,7 +298,7 @@ class BatchNormGroups : public GroupKernel {
       f[g_.lanes + l] = static_cast<float>(io.inputs[2].data<float>()[c] - mean * scale);
     }
   }
-  bool relu_;
+  bool relu_, residual_;
 };
 
 // Inputs (dy, x, gamma, beta, mean, variance) -> (dx, dgamma, dbeta): dbeta = sum dy, dgamma =
@@ -313,7 +328,8 @@ class BatchNormGradGroups : public GroupKernel {
             factors(io) + c * 4,  // mean, k_dy, k_x, k_1
             in(io, 4) + c,
             false,
-            sums(io)};
+            sums(io),
+            nullptr};
   }
   // dx = k_dy * dy + k_x * (x - mean) + k_1.
   void merge(const KernelIO& io, int64_t group) const override {

@@ -9,7 +9,7 @@
 // lane per channel) over its plane, which stays in cache for a second look; then the images in
 // order, in double. The forward pass takes each image's mean and sum of squared deviations and
 // merges them (Chan et al.'s pairwise update), as accurate as two passes over the batch but with
-// one; the backward pass sums dy and dy * (x - mean).
+// one; the backward pass sums dy and dy * (x - mean), both in one pass over the image.
 #include <omp.h>
 
 #include <cmath>
@@ -94,6 +94,21 @@ TOWER_ALWAYS_INLINE void plane_sum(const ChannelGroups& g, int64_t at, F& sum, c
   sum = (acc[0] + acc[1]) + (acc[2] + acc[3]);
 }
 
+// Two such sums in one pass over the plane, each with the same accumulators and order as
+// plane_sum's: add(offset, acc0, acc1) adds to both.
+template <typename F, typename Fn>
+TOWER_ALWAYS_INLINE void plane_sums(const ChannelGroups& g, int64_t at, F& sum0, F& sum1,
+                                    const Fn& add) {
+  const int64_t positions = g.plane(), step = g.step;
+  F acc0[4] = {}, acc1[4] = {};
+  int64_t p = 0;
+  for (; p + 4 <= positions; p += 4)
+    for (int k = 0; k < 4; ++k) add(at + (p + k) * step, acc0[k], acc1[k]);
+  for (; p < positions; ++p) add(at + p * step, acc0[0], acc1[0]);
+  sum0 = (acc0[0] + acc0[1]) + (acc0[2] + acc0[3]);
+  sum1 = (acc1[0] + acc1[1]) + (acc1[2] + acc1[3]);
+}
+
 // (Everything the loops read is copied into locals first: the stores, memcpy underneath, may
 // alias any memory, and would have the job's fields reloaded at every position.)
 template <int L>
@@ -142,15 +157,11 @@ TOWER_ALWAYS_INLINE void run_image(const ImageJob& j, int64_t n, int64_t group) 
     }
     case ImageJob::Kind::grad_sums: {
       const F mean = vload<L>(j.b);
-      plane_sum(g, at, s0, [&](int64_t i, F& acc) {
+      plane_sums(g, at, s0, s1, [&](int64_t i, F& acc0, F& acc1) {
         F d;
         masked_dy(i, d);
-        acc += d;
-      });
-      plane_sum(g, at, s1, [&](int64_t i, F& acc) {
-        F d;
-        masked_dy(i, d);
-        acc += d * (vload<L>(x + i) - mean);
+        acc0 += d;
+        acc1 += d * (vload<L>(x + i) - mean);
       });
       for (int l = 0; l < L; ++l) sums[2 * l] = s0[l], sums[2 * l + 1] = s1[l];
       return;

@@ -61,8 +61,8 @@ const ChainRule kChains[] = {
      false,
      true},
     // A residual block's end in training: the shortcut added and the ReLU in the batch norm's
-    // normalizing pass (the gradient never reads the sum before the ReLU, so it is not
-    // written). Built where the batch norm is: the other operand must come before it.
+    // normalizing pass (no gradient reads the batch norm's own output, so it is not written).
+    // Built where the batch norm is: the Add's other operand must come before it.
     {{"FusedBatchNorm"},
      "Add",
      {"Relu"},

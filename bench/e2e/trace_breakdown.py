@@ -4,8 +4,9 @@
 Per step (from one "towers: forward, backward, reduce" slice on the main lane to the next): the
 period; each tower lane's kernel time; "outside the kernels", 1 - the towers' mean kernel time /
 the period; and the main lane's parts: the towers' phase (and in it, the time before the first
-kernel, after the last, and between kernels), the optimizer and moving average, taking the next
-batch, and logging and summaries. The first `--skip` steps (warm-up) are left out; the figures
+kernel, after the last, and between kernels; the spread of the towers' last kernels, which the
+first done waits out, and the time after the slowest tower's), the optimizer and moving average,
+taking the next batch, and logging and summaries. The first `--skip` steps (warm-up) are left out; the figures
 are medians over the rest.
 
 usage: bench/e2e/trace_breakdown.py TRACE [--skip N]
@@ -61,6 +62,10 @@ def main():
         row["kernels"] = statistics.mean(busy)
         row["before first kernel"] = statistics.mean(first) if first else 0.0
         row["after last kernel"] = statistics.mean(last) if last else 0.0
+        # The towers' imbalance (how long the first done waits for the last), and what the step
+        # spends once the slowest tower is done (the reduction that is left).
+        row["tower spread"] = max(last) - min(last) if last else 0.0
+        row["after the slowest"] = min(last) if last else 0.0
         row["between kernels"] = statistics.mean(gaps) if gaps else 0.0
         for label, prefix in (("optimizer", "optimizer"), ("next batch", "take the next batch"),
                               ("wait for a batch", "wait for a batch"),
@@ -74,9 +79,11 @@ def main():
     print(f"{len(rows)} steps (after {args.skip} skipped), {len(towers)} tower lanes; "
           f"medians in ms")
     for key in ("period", "kernels", "towers", "before first kernel", "between kernels",
-                "after last kernel", "optimizer", "next batch", "wait for a batch",
-                "log and summaries"):
+                "after last kernel", "tower spread", "after the slowest", "optimizer",
+                "next batch", "wait for a batch", "log and summaries"):
         print(f"  {key:<20} {med[key] / 1000:8.3f}")
+    spread = statistics.mean(r["tower spread"] for r in rows)
+    print(f"  tower spread, mean   {spread / 1000:8.3f}")
     outside = statistics.median(1 - r["kernels"] / r["period"] for r in rows)
     print(f"  outside the kernels  {100 * outside:7.1f}% of the period")
 

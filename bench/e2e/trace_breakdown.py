@@ -6,8 +6,9 @@ period; each tower lane's kernel time; "outside the kernels", 1 - the towers' me
 the period; and the main lane's parts: the towers' phase (and in it, the time before the first
 kernel, after the last, and between kernels; the spread of the towers' last kernels, which the
 first done waits out, and the time after the slowest tower's), the optimizer and moving average,
-taking the next batch, and logging and summaries. The first `--skip` steps (warm-up) are left out; the figures
-are medians over the rest.
+taking the next batch, and logging and summaries; then "outside the kernels" per core, split into
+the reduction, the update and the rest. The first `--skip` steps (warm-up) are left out; the
+figures are medians over the rest.
 
 usage: bench/e2e/trace_breakdown.py TRACE [--skip N]
 """
@@ -67,6 +68,17 @@ def main():
         row["tower spread"] = max(last) - min(last) if last else 0.0
         row["after the slowest"] = min(last) if last else 0.0
         row["between kernels"] = statistics.mean(gaps) if gaps else 0.0
+        # Per core (one per tower lane): what the reduction and the update take of "outside the
+        # kernels". The update runs on the main lane (the caller's share, and its wait for the
+        # rest) and the update lanes.
+        update_lanes = [t for t, n in lanes.items() if n.startswith("update")]
+        row["reduction per core"] = sum(
+            s["dur"] for s in slices if s["tid"] in towers and s["cat"] == "reduce"
+            and begin <= s["ts"] < end) / len(towers)
+        row["update per core"] = sum(
+            s["dur"] for s in slices if (s["tid"] in update_lanes or
+                                         (s["tid"] == main_tid and s["name"] == "optimizer"))
+            and begin <= s["ts"] < end) / len(towers)
         for label, prefix in (("optimizer", "optimizer"), ("next batch", "take the next batch"),
                               ("wait for a batch", "wait for a batch"),
                               ("log and summaries", "log and summaries")):
@@ -86,6 +98,14 @@ def main():
     print(f"  tower spread, mean   {spread / 1000:8.3f}")
     outside = statistics.median(1 - r["kernels"] / r["period"] for r in rows)
     print(f"  outside the kernels  {100 * outside:7.1f}% of the period")
+    # The same time per core, split: summing the towers' gradients, the optimizer's update (with
+    # the moving average and the replica copies), and the rest (waiting for the slowest tower,
+    # hand-offs between threads, the batch copy).
+    parts = {k: statistics.median(r[k] / r["period"] for r in rows)
+             for k in ("reduction per core", "update per core")}
+    for key, share in parts.items():
+        print(f"    {key:<20} {100 * share:5.1f}%")
+    print(f"    {'rest':<20} {100 * (outside - sum(parts.values())):5.1f}%")
 
 
 if __name__ == "__main__":

@@ -317,6 +317,13 @@ class AdjointConv final : public Kernel {
   std::vector<std::unordered_map<int, dnnl::memory>> args_;
 };
 
+// Rows per batch chunk (chunks.h) of a convolution whose images (or input gradients) have the
+// shape `image`: 4096 positions at least, so that each one-thread primitive has long loops.
+int64_t chunk_rows(const Shape& image) {
+  const int64_t positions = std::max<int64_t>(image[2] * image[3], 1);
+  return std::max<int64_t>(16, (4096 + positions - 1) / positions);
+}
+
 // Conv2D, and the fused Conv2D+BiasAdd[+Relu] (inputs x, w, bias).
 template <bool kBias, bool kRelu>
 std::unique_ptr<Kernel> make_conv2d(const Node& node, const KernelContext& context) {
@@ -334,17 +341,20 @@ std::unique_ptr<Kernel> make_conv2d_with(const Node& node, const KernelContext& 
   const bool kBias = epilogue.bias;
   if (auto winograd = make_winograd_conv(node, context, epilogue)) return winograd;
   if (auto adjoint = AdjointConv::make(node, context, epilogue)) return adjoint;
-  return chunked(node, context, x[0], [&](int64_t rows) {
-    auto pd = build(node, [&] {
-      return forward_pd(with_rows(x, rows), w, with_rows(y, rows), node.attr<ops::Conv2DAttrs>(),
-                        operand_type(context), bias, epilogue);
-    });
-    std::vector<Arg> args = {input_arg(DNNL_ARG_SRC, 0, x, pd.src_desc(), Role::rows),
-                             input_arg(DNNL_ARG_WEIGHTS, 1, w, pd.weights_desc())};
-    if (kBias) args.push_back(input_arg(DNNL_ARG_BIAS, 2, Shape{bias}, pd.bias_desc()));
-    args.push_back(output_arg(DNNL_ARG_DST, y, pd.dst_desc(), Role::rows));
-    return Built{dnnl::convolution_forward(pd), pd.scratchpad_desc(), std::move(args)};
-  });
+  return chunked(
+      node, context, x[0],
+      [&](int64_t rows) {
+        auto pd = build(node, [&] {
+          return forward_pd(with_rows(x, rows), w, with_rows(y, rows),
+                            node.attr<ops::Conv2DAttrs>(), operand_type(context), bias, epilogue);
+        });
+        std::vector<Arg> args = {input_arg(DNNL_ARG_SRC, 0, x, pd.src_desc(), Role::rows),
+                                 input_arg(DNNL_ARG_WEIGHTS, 1, w, pd.weights_desc())};
+        if (kBias) args.push_back(input_arg(DNNL_ARG_BIAS, 2, Shape{bias}, pd.bias_desc()));
+        args.push_back(output_arg(DNNL_ARG_DST, y, pd.dst_desc(), Role::rows));
+        return Built{dnnl::convolution_forward(pd), pd.scratchpad_desc(), std::move(args)};
+      },
+      chunk_rows(y));
 }
 
 namespace {
@@ -364,24 +374,27 @@ KernelRegistrar conv2d_backprop_input_kernel{
       const Shape& w = node.inputs[0].shape();
       const Shape& dy = node.inputs[1].shape();
       if (auto winograd = make_winograd_backprop_input(node, context)) return winograd;
-      return chunked(node, context, x[0], [&](int64_t rows) {
-        const Shape xr = with_rows(x, rows), dyr = with_rows(dy, rows);
-        auto pd = build(node, [&] {
-          ConvGeometry g = geometry(x, w, a.conv);
-          return with_algorithm(conv_algorithm(x, w, a.conv, type), [&](dnnl::algorithm alg) {
-            dnnl::convolution_backward_data::desc desc(alg, any_md(xr), any_md(w, type),
-                                                       any_md(dyr, type), g.strides, g.padding_l,
-                                                       g.padding_r);
-            return dnnl::convolution_backward_data::primitive_desc(
-                desc, user_scratchpad(), engine(), forward_pd(xr, w, dyr, a.conv, type));
-          });
-        });
-        return Built{
-            dnnl::convolution_backward_data(pd), pd.scratchpad_desc(),
-            std::vector<Arg>{input_arg(DNNL_ARG_WEIGHTS, 0, w, pd.weights_desc()),
+      return chunked(
+          node, context, x[0],
+          [&](int64_t rows) {
+            const Shape xr = with_rows(x, rows), dyr = with_rows(dy, rows);
+            auto pd = build(node, [&] {
+              ConvGeometry g = geometry(x, w, a.conv);
+              return with_algorithm(conv_algorithm(x, w, a.conv, type), [&](dnnl::algorithm alg) {
+                dnnl::convolution_backward_data::desc desc(alg, any_md(xr), any_md(w, type),
+                                                           any_md(dyr, type), g.strides,
+                                                           g.padding_l, g.padding_r);
+                return dnnl::convolution_backward_data::primitive_desc(
+                    desc, user_scratchpad(), engine(), forward_pd(xr, w, dyr, a.conv, type));
+              });
+            });
+            return Built{dnnl::convolution_backward_data(pd), pd.scratchpad_desc(),
+                         std::vector<Arg>{
+                             input_arg(DNNL_ARG_WEIGHTS, 0, w, pd.weights_desc()),
                              input_arg(DNNL_ARG_DIFF_DST, 1, dy, pd.diff_dst_desc(), Role::rows),
                              output_arg(DNNL_ARG_DIFF_SRC, x, pd.diff_src_desc(), Role::rows)}};
-      });
+          },
+          chunk_rows(x));
     }};
 
 // inputs (x, dy) -> dw; and Conv2DBackpropFilter+BiasAddGrad (the runtime's fusion of the two

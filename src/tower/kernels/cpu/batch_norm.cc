@@ -9,6 +9,7 @@
 
 #include "tower/kernels/cpu/batch_norm.h"
 #include "tower/kernels/cpu/dnnl_util.h"
+#include "tower/kernels/cpu/math.h"
 #include "tower/kernels/kernel.h"
 
 namespace tower::cpu {
@@ -181,10 +182,7 @@ class BatchNormThenAddRelu : public Kernel {
     const auto* y = static_cast<const float*>(io.scratch);
     const float* r = io.inputs[5].data<float>();
     float* out = io.outputs[0].data<float>();
-    for (size_t i = 0; i < bytes_ / sizeof(float); ++i) {
-      const float sum = y[i] + r[i];
-      out[i] = sum > 0.0f ? sum : 0.0f;
-    }
+    add_two_relu(y, r, nullptr, out, static_cast<int64_t>(bytes_ / sizeof(float)));
   }
 
  private:

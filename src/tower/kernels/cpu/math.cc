@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "tower/kernels/cpu/clones.h"
+#include "tower/kernels/cpu/math.h"
 #include "tower/kernels/kernel.h"
 
 namespace tower::cpu {
@@ -174,9 +175,9 @@ KernelRegistrar square_kernel{"Square", DeviceKind::cpu,
                                 unary(io, [](float x) { return x * x; });
                               })};
 
-// The residual fusions' loop, in vectors of 8, with s = a[i] + b[i]: y[i] = s > 0 ? s : 0 (mask
-// null: the forward Add+Relu, as oneDNN's ReLU), or y[i] = mask[i] > 0 ? s : 0 * s (the
-// gradients' ReluGrad, as oneDNN's, whose masked lanes are alpha * dy: -0 where s < 0).
+}  // namespace
+
+// add_two_relu (math.h), in vectors of 8; ReluGrad's masked lanes are alpha * dy: -0 where s < 0.
 TOWER_ALWAYS_INLINE void add_two_relu_body(const float* a, const float* b, const float* mask,
                                            float* y, int64_t n) {
   using F = Vectors<8>::F;
@@ -203,6 +204,8 @@ TOWER_ALWAYS_INLINE void add_two_relu_body(const float* a, const float* b, const
 TOWER_CPU_VARIANTS(add_two_relu,
                    (const float* a, const float* b, const float* mask, float* y, int64_t n),
                    (a, b, mask, y, n))
+
+namespace {
 
 // Add+Relu, the runtime's fusion of a residual sum with the ReLU after it (inputs of one shape:
 // fusion.cc's rule): one pass, rounded as the kernels apart (the sum, then s > 0 ? s : 0, as

@@ -47,6 +47,7 @@ def main():
     steps = [s for s in on_main if s["name"].startswith("towers")]
     kernels = {t: sorted((s for s in slices if s["tid"] == t and s["cat"] == "kernel"),
                          key=lambda s: s["ts"]) for t in towers}
+    update_lanes = [t for t, n in lanes.items() if n.startswith("update")]
     rows = []
     for step, after in zip(steps[args.skip:], steps[args.skip + 1:]):
         begin, end = step["ts"], after["ts"]
@@ -71,7 +72,6 @@ def main():
         # Per core (one per tower lane): what the reduction and the update take of "outside the
         # kernels". The update runs on the main lane (the caller's share, and its wait for the
         # rest) and the update lanes.
-        update_lanes = [t for t, n in lanes.items() if n.startswith("update")]
         row["reduction per core"] = sum(
             s["dur"] for s in slices if s["tid"] in towers and s["cat"] == "reduce"
             and begin <= s["ts"] < end) / len(towers)

@@ -123,6 +123,15 @@ int tower::cli_main(int argc, char** argv) {
     CLI::App* sub = app.add_subcommand(command.name, command.help);
     command.setup(*sub);
   }
+  // An unknown sub-command is an error even with --help, which CLI11 would otherwise answer with
+  // the main help and exit code 0.
+  const auto& commands = tower::cli::commands();
+  if (argc >= 2 && argv[1][0] != '-' &&
+      std::none_of(commands.begin(), commands.end(),
+                   [&](const auto& command) { return command.name == argv[1]; })) {
+    std::fprintf(stderr, "tower: %s\n", did_you_mean(app, argc, argv).c_str());
+    return 2;
+  }
   try {
     // The kernels of a smaller CPU (README: same bits); the library itself reads no TOWER_*.
     if (const char* isa = std::getenv("TOWER_MAX_CPU_ISA"); isa != nullptr && *isa != '\0')

@@ -244,7 +244,7 @@ void run_bench(Flags flags) {
   if (!flags.train_dir.empty()) {  // the model of the latest checkpoint there
     auto latest = checkpoint_latest(flags.train_dir);
     if (!latest) fail("--train_dir: no checkpoint in '{}'", flags.train_dir);
-    flags.model = run_model(load_training_checkpoint(*latest).state.run, *latest + ".json").name;
+    flags.model = run_model(load_training_checkpoint(*latest).state, *latest + ".json").name;
   }
   const ModelDef& model = get_model(flags.model);
   if (flags.mode != "train" && flags.mode != "infer")

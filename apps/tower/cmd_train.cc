@@ -32,6 +32,7 @@ TrainConfig with_recipe(const Flags& flags) {
   take("--weight_decay", config.optimizer.weight_decay, recipe.optimizer.weight_decay);
   take("--lr", config.lr, recipe.lr);
   take("--lr_schedule", config.lr_schedule, recipe.lr_schedule);
+  take("--lr_schedule", config.schedule_epochs, recipe.schedule_epochs);
   take("--batch_size", config.batch_size, recipe.batch_size);
   take("--epochs", config.epochs, recipe.epochs);
   take("--ema_decay", config.ema_decay, recipe.ema_decay);
@@ -165,12 +166,20 @@ void add_recipe_flags(CLI::App& app, Flags& flags) {
   app.add_option("--lr_schedule", c.lr_schedule,
                  "constant | exponential:decay_epochs=350,rate=0.1,staircase=1 | "
                  "piecewise:boundaries=1000;2000,values=0.1;0.01;0.001 | cosine:warmup_steps=500 "
-                 "(recipe)");
+                 "| plateau:patience=3,factor=0.1 (with --eval_every; recipe)");
   app.add_option("--augmentation", c.augmentation,
                  "none | cifar10 (the classic distortions, for 24x24 crops of 32x32 images) | "
                  "pad-crop-flip (recipe)");
   app.add_option("--clip_norm", c.clip_norm, "Clip gradients to this global norm (0: off)");
   app.add_option("--ema_decay", c.ema_decay, "Moving average of the weights (0: off; recipe)");
+  app.add_option("--bn_momentum", c.bn_momentum,
+                 "Decay of every batch norm's moving averages (PyTorch's momentum 0.1 is 0.9 "
+                 "here; default: the model's own)");
+  app.add_option("--precise_bn", c.precise_bn,
+                 "auto | on | off: evaluate and checkpoint with batch-norm statistics recomputed "
+                 "over training batches (auto: when the run is too short for the moving "
+                 "averages to settle)")
+      ->capture_default_str();
   app.add_option("--seed", c.seed, "Random seed (init, shuffling, augmentation)")
       ->capture_default_str();
 }
@@ -190,6 +199,12 @@ void add_run_flags(CLI::App& app, Flags& flags) {
       ->check(positive);
   app.add_option("--eval_every", c.eval_every,
                  "Evaluate on the test set every N steps (0: at the end)");
+  app.add_flag("--keep_best", c.keep_best,
+               "Keep the checkpoint of the best evaluation (--eval_every) besides the last "
+               "--keep_checkpoints");
+  app.add_option("--early_stopping", c.early_stopping,
+                 "Stop after N evaluations (--eval_every) in a row without a better precision")
+      ->check(non_negative);
   app.add_option("--resume_from", c.resume_from, "Resume from this checkpoint prefix");
   app.add_option("--trace", c.trace_file,
                  "Write a Chrome/Perfetto trace (JSON) of the first --trace_steps steps: a "

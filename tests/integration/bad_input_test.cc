@@ -45,13 +45,14 @@ TmpDir* BadInputTest::data_ = nullptr;
 
 TEST_F(BadInputTest, AFlippedBitInATensorIsNamedAndResumingFallsBackToTheCheckpointBefore) {
   TmpDir dirs;
-  ASSERT_EQ(run_tower(train_flags(dirs / "run", 10)).exit_code, 0);
+  const std::string constant = " --lr_schedule constant";  // a longer run continues it
+  ASSERT_EQ(run_tower(train_flags(dirs / "run", 10) + constant).exit_code, 0);
   const std::string file = checkpoint_prefix(dirs / "run", 10) + ".safetensors";
   std::string bytes = read_file(file);
   bytes[bytes.size() - 3] =
       static_cast<char>(bytes[bytes.size() - 3] ^ 0x04);  // in the last tensor
   write_file(file, bytes);
-  auto resume = run_tower(train_flags(dirs / "run", 15));
+  auto resume = run_tower(train_flags(dirs / "run", 15) + constant);
   EXPECT_EQ(resume.exit_code, 0) << resume.output;
   EXPECT_TRUE(contains(resume.output, file)) << resume.output;
   EXPECT_TRUE(contains(resume.output, "fails its CRC-32C check")) << resume.output;
@@ -160,8 +161,9 @@ TEST_F(BadInputTest, AnInterruptedSaveIsSaidAndTheCheckpointBeforeItResumes) {
 }
 
 // A resume whose flags change the learning rate of the steps still to train (a cosine decay
-// stretched, another --lr) says so and asks for --allow_schedule_change; a longer run of a
-// schedule that only continues (exponential decay) resumes as before.
+// stretched, a recipe's schedule fitted to another length, another --lr) says so and asks for
+// --allow_schedule_change; a longer run of a schedule that only continues (exponential decay in
+// steps) resumes as before.
 TEST_F(BadInputTest, ResumingWithAnotherScheduleAsksForAllowScheduleChange) {
   TmpDir dirs;
   const std::string cosine = " --lr_schedule cosine";
@@ -179,11 +181,21 @@ TEST_F(BadInputTest, ResumingWithAnotherScheduleAsksForAllowScheduleChange) {
   EXPECT_EQ(allowed.exit_code, 0) << allowed.output;
   EXPECT_EQ(checkpoint_list(dirs / "run").back(), 20);
 
-  ASSERT_EQ(run_tower(train_flags(dirs / "exp", 10)).exit_code, 0);
-  auto lr = run_tower(train_flags(dirs / "exp", 15) + " --lr 0.02");
+  const std::string exponential = " --lr_schedule exponential:decay_steps=12,rate=0.1,staircase=1";
+  ASSERT_EQ(run_tower(train_flags(dirs / "exp", 10) + exponential).exit_code, 0);
+  auto lr = run_tower(train_flags(dirs / "exp", 15) + exponential + " --lr 0.02");
   EXPECT_EQ(lr.exit_code, 1) << lr.output;
   EXPECT_TRUE(contains(lr.output, "the learning rate would be 0.02 instead of 0.01")) << lr.output;
-  EXPECT_EQ(run_tower(train_flags(dirs / "exp", 15)).exit_code, 0);
+  EXPECT_EQ(run_tower(train_flags(dirs / "exp", 15) + exponential).exit_code, 0);
+
+  // The recipe's schedule in epochs follows the run's length, as a cosine decay does: a longer
+  // run moves its decays.
+  ASSERT_EQ(run_tower(train_flags(dirs / "recipe", 10)).exit_code, 0);
+  auto recipe = run_tower(train_flags(dirs / "recipe", 15));
+  EXPECT_EQ(recipe.exit_code, 1) << recipe.output;
+  EXPECT_TRUE(contains(recipe.output, "was trained with --lr_schedule exponential:decay_epochs="))
+      << recipe.output;
+  EXPECT_TRUE(contains(recipe.output, "--allow_schedule_change")) << recipe.output;
 }
 
 // A changed layout is refused with every differing setting at once, naming the micro-batch flags

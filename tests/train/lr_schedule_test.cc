@@ -147,5 +147,54 @@ TEST(LrScheduleTest, PiecewiseValuesScaleWithTheLearningRate) {
   EXPECT_FLOAT_EQ(s->lr(11), 0.005f);
 }
 
+// A recipe's schedule written in epochs keeps its boundaries at the same fractions of a run of
+// another length; steps, warm-ups and values stay.
+TEST(LrScheduleTest, RecipeEpochsScaleToTheRun) {
+  const std::string resnet = "piecewise:boundary_epochs=82;123,values=0.1;0.01;0.001";
+  EXPECT_EQ(scale_schedule_epochs(resnet, 25.0 / 164),
+            "piecewise:boundary_epochs=12.5;18.75,values=0.1;0.01;0.001");
+  EXPECT_EQ(scale_schedule_epochs("exponential:decay_epochs=350,rate=0.1,staircase=1", 0.5),
+            "exponential:decay_epochs=175,rate=0.1,staircase=1");
+  EXPECT_EQ(scale_schedule_epochs("exponential:rate=0.5,decay_epochs=4", 0.25),
+            "exponential:rate=0.5,decay_epochs=1");
+  for (const std::string unchanged :
+       {"piecewise:boundaries=100;200,values=0.1;0.01;0.001", "cosine:warmup_epochs=5", "constant",
+        "exponential:decay_steps=100,rate=0.5"})
+    EXPECT_EQ(scale_schedule_epochs(unchanged, 0.1), unchanged);
+  // 25 epochs of 6 steps: x0.1 after step 75 and after step 112.
+  auto s = parse_lr_schedule(scale_schedule_epochs(resnet, 25.0 / 164), 0.1f, 6, 150);
+  EXPECT_FLOAT_EQ(s->lr(75), 0.1f);
+  EXPECT_FLOAT_EQ(s->lr(76), 0.01f);
+  EXPECT_FLOAT_EQ(s->lr(112), 0.01f);
+  EXPECT_FLOAT_EQ(s->lr(113), 0.001f);
+}
+
+// A schedule that would change the rate only after the run's last step says so.
+TEST(LrScheduleTest, DecaysPastTheRunAreSaid) {
+  std::string warning;
+  parse_lr_schedule("piecewise:boundary_epochs=82;123,values=0.1;0.01;0.001", 0.1f, 6, 150,
+                    &warning);
+  EXPECT_NE(warning.find("boundary 1 (step 492) is past the run's last step 149: the learning "
+                         "rate stays 0.1 to the end"),
+            std::string::npos)
+      << warning;
+  warning.clear();
+  parse_lr_schedule("piecewise:boundaries=100;200,values=0.1;0.01;0.001", 0.1f, 6, 150, &warning);
+  EXPECT_NE(warning.find("boundary 2 (step 200) is past the run's last step 149: the learning "
+                         "rate stays 0.01"),
+            std::string::npos)
+      << warning;
+  warning.clear();
+  parse_lr_schedule("exponential:decay_steps=200,rate=0.1,staircase=1", 0.1f, 6, 150, &warning);
+  EXPECT_NE(warning.find("the first decay comes after 200 steps, but the run has 150"),
+            std::string::npos)
+      << warning;
+  // One that changes the rate within the run says nothing.
+  warning.clear();
+  parse_lr_schedule("piecewise:boundaries=100;147,values=0.1;0.01;0.001", 0.1f, 6, 150, &warning);
+  parse_lr_schedule("exponential:decay_steps=200,rate=0.1", 0.1f, 6, 150, &warning);
+  EXPECT_EQ(warning, "");
+}
+
 }  // namespace
 }  // namespace tower

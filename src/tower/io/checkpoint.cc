@@ -100,7 +100,7 @@ std::string checkpoint_prefix(const std::string& dir, int64_t step) {
 
 void checkpoint_save(const std::string& dir, int64_t step,
                      const std::vector<std::pair<std::string, const Tensor*>>& tensors,
-                     const nlohmann::json& state, int keep_last) {
+                     const nlohmann::json& state, int keep_last, int64_t keep_also) {
   if (step < 0)
     fail("cannot save a checkpoint for step {} in '{}': steps are non-negative", step, dir);
   std::error_code ec;
@@ -113,10 +113,14 @@ void checkpoint_save(const std::string& dir, int64_t step,
   atomic_write_file(prefix + std::string(kStateExt), state.dump(2) + "\n");
 
   std::vector<int64_t> others = checkpoint_list(dir);
+  const bool keep_that =
+      keep_also != step && std::find(others.begin(), others.end(), keep_also) != others.end();
   others.erase(std::remove(others.begin(), others.end(), step), others.end());
+  others.erase(std::remove(others.begin(), others.end(), keep_also), others.end());
   if (keep_last > 0 && others.size() > static_cast<size_t>(keep_last - 1))
     others.erase(others.begin(), others.end() - (keep_last - 1));
   std::vector<int64_t> kept = others;
+  if (keep_that) kept.insert(std::lower_bound(kept.begin(), kept.end(), keep_also), keep_also);
   kept.push_back(step);
   write_index(dir, step, kept);
   if (keep_last > 0) delete_unkept(dir, kept);

@@ -31,9 +31,10 @@ std::string checkpoint_prefix(const std::string& dir, int64_t step);
 // Writes checkpoint `step` into `dir` (created if missing), points the index at it, then deletes
 // all but `keep_last` checkpoints (keep_last <= 0 keeps all): the new one and the highest-numbered
 // others, so that saving after a rollback to an older step keeps the newer ones while room remains.
+// Checkpoint `keep_also` (>= 0: the best one of the run), if there, is kept besides them.
 void checkpoint_save(const std::string& dir, int64_t step,
                      const std::vector<std::pair<std::string, const Tensor*>>& tensors,
-                     const nlohmann::json& state, int keep_last);
+                     const nlohmann::json& state, int keep_last, int64_t keep_also = -1);
 
 // The prefix of the latest complete checkpoint in `dir`: the one the index names, or, when the
 // index is missing, unreadable or names an incomplete checkpoint, the highest complete step.

@@ -100,4 +100,19 @@ Value assign_moving_average(const Scope& s, Value variable, Value value, float d
   return s.op("AssignMovingAverage", {variable, value}, AssignMovingAverageAttrs{decay});
 }
 
+std::vector<MovingAverageUpdate> moving_average_updates(const std::vector<Value>& updates) {
+  std::vector<MovingAverageUpdate> found;
+  for (const Value& u : updates) {
+    if (u.node->op != "AssignMovingAverage") continue;
+    found.push_back({u.node->inputs[0].node->attr<VariableAttrs>().name, u.node->inputs[1],
+                     u.node->attr<AssignMovingAverageAttrs>().decay});
+  }
+  return found;
+}
+
+void set_moving_average_decay(const std::vector<Value>& updates, float decay) {
+  for (const Value& u : updates)
+    if (u.node->op == "AssignMovingAverage") u.node->attrs = AssignMovingAverageAttrs{decay};
+}
+
 }  // namespace tower::ops

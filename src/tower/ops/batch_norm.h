@@ -1,6 +1,7 @@
 // Batch normalization of x (N, C, H, W) NCHW or (N, C), per channel over the other axes.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "tower/graph/graph.h"
@@ -45,5 +46,16 @@ BatchNormResult batch_norm(const Scope& s, Value x, Value gamma, Value beta, Val
 // variable = decay * variable + (1 - decay) * value, written into the variable's storage when run;
 // the output is the new value. Op "AssignMovingAverage".
 Value assign_moving_average(const Scope& s, Value variable, Value value, float decay);
+
+// The moving averages a training graph updates (the AssignMovingAverage nodes among `updates`):
+// each variable's name, the batch value it averages, and its decay.
+struct MovingAverageUpdate {
+  std::string variable;
+  Value value;
+  float decay = 0;
+};
+std::vector<MovingAverageUpdate> moving_average_updates(const std::vector<Value>& updates);
+// Sets the decay of every AssignMovingAverage node among `updates` (a run's --bn_momentum).
+void set_moving_average_decay(const std::vector<Value>& updates, float decay);
 
 }  // namespace tower::ops

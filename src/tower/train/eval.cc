@@ -73,7 +73,7 @@ EvalResult evaluate_checkpoint(const EvalConfig& config) {
   }
   const std::string& prefix = checkpoint.data.prefix;
   const TrainingState& state = checkpoint.state;
-  const ModelDef& model = run_model(state.run, prefix + ".json");
+  const ModelDef& model = run_model(state, prefix + ".json");
   const bool other_data = !config.data.empty() && config.data != state.run.data;
   const std::string data = other_data ? config.data : state.run.data;
   DatasetSpec spec = run_data_spec({.data = data}, model);

@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "tower/parallel/data_parallel.h"
+#include "tower/train/batch_norm_statistics.h"
 #include "tower/train/evaluator.h"
 
 namespace tower {
@@ -62,7 +63,11 @@ TrainingCheckpoint load_checkpoint_for_inference(const std::string& train_dir,
 const Tensor& checkpoint_weight(const TrainingCheckpoint& checkpoint, const std::string& variable,
                                 bool ema) {
   const auto& tensors = checkpoint.data.tensors;
-  auto it = ema ? tensors.find(variable + "/ExponentialMovingAverage") : tensors.end();
+  auto it = tensors.end();
+  // Recomputed batch-norm statistics fit the weights the run evaluated: the moving averages of
+  // the weights where it kept them.
+  if (ema || !checkpoint.state.ema) it = tensors.find(variable + kRecomputedSuffix);
+  if (it == tensors.end() && ema) it = tensors.find(variable + "/ExponentialMovingAverage");
   if (it == tensors.end()) it = tensors.find(variable);
   if (it == tensors.end()) {
     std::vector<std::string> names;
@@ -92,7 +97,7 @@ InferenceModel open_inference_model(const std::string& train_dir, const std::str
   InferenceModel m;
   m.checkpoint = load_checkpoint_for_inference(train_dir, checkpoint);
   const TrainingState& state = m.checkpoint.state;
-  m.model = &run_model(state.run, m.checkpoint.data.prefix + ".json");
+  m.model = &run_model(state, m.checkpoint.data.prefix + ".json");
   m.ema = use_ema && state.ema;
   m.image_shape = state.image_shape;
   m.classes = state.classes;

@@ -1,5 +1,8 @@
 #include "tower/train/learner.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "tower/core/trace.h"
 
 namespace tower {
@@ -10,6 +13,7 @@ Learner::Learner(std::unique_ptr<DataParallel> towers, const OptimizerConfig& op
       optimizer_(std::make_unique<DataParallelOptimizer>(*towers_, optimizer)),
       schedule_(parse_lr_schedule(options.lr_schedule, options.lr, options.steps_per_epoch,
                                   options.total_steps, warning)),
+      plateau_(plateau_spec(options.lr_schedule)),
       clip_norm_(options.clip_norm) {
   if (options.ema_decay > 0) {
     ema_ = std::make_unique<ExponentialMovingAverage>(options.ema_decay);
@@ -49,7 +53,10 @@ void Learner::restore(const CheckpointData& checkpoint) {
 
 float Learner::update(int64_t step) {
   trace::Slice slice("step", "optimizer");
-  const float lr = schedule_->lr(step);
+  float lr = schedule_->lr(step);
+  if (lr_reductions_ > 0)
+    lr = static_cast<float>(std::max(
+        lr * std::pow(plateau_.factor, static_cast<double>(lr_reductions_)), plateau_.min_lr));
   DataParallelOptimizer::RangeFn average;
   if (ema_) {
     const float one_minus_decay = 1.0f - ema_->decay_at(step + 1);

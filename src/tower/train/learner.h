@@ -49,11 +49,16 @@ class Learner {
   // The weights to evaluate: the moving average where there is one, else replica 0's values.
   const Tensor& eval_weight(const std::string& name) const;
   bool averages() const { return ema_ != nullptr; }
+  // The plateau schedule's reductions so far (the run's count of evaluations without progress):
+  // the learning rate is the schedule's times factor^reductions, at least min_lr.
+  void set_lr_reductions(int64_t reductions) { lr_reductions_ = reductions; }
 
  private:
   std::unique_ptr<DataParallel> towers_;
   std::unique_ptr<DataParallelOptimizer> optimizer_;
   std::unique_ptr<LrSchedule> schedule_;
+  PlateauSpec plateau_;
+  int64_t lr_reductions_ = 0;
   std::unique_ptr<ExponentialMovingAverage> ema_;
   std::vector<size_t> ema_index_;  // per optimizer param (replica 0): its moving average
   float clip_norm_ = 0;

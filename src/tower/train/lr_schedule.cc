@@ -19,7 +19,7 @@ namespace {
 constexpr const char* kExpected =
     "constant | exponential:decay_epochs=350,rate=0.1,staircase=1 | "
     "piecewise:boundaries=1000;2000,values=0.1;0.01;0.001 | "
-    "cosine:warmup_steps=500,alpha=0";
+    "cosine:warmup_steps=500,alpha=0 | plateau:patience=3,factor=0.1";
 
 class Constant final : public LrSchedule {
  public:
@@ -215,11 +215,20 @@ class SpecParser {
 
 }  // namespace
 
-std::string scale_piecewise_values(const std::string& spec, double factor) {
-  if (spec.rfind("piecewise:", 0) != 0) return spec;
-  const size_t at = spec.find("values=");
-  if (at == std::string::npos) return spec;
-  const size_t begin = at + 7, end = std::min(spec.find(',', begin), spec.size());
+namespace {
+// The spec with every number of KEY's ";" list times `factor`; the spec itself when it has no KEY.
+std::string scale_key(const std::string& spec, const std::string& key, double factor) {
+  const size_t colon = spec.find(':');
+  if (colon == std::string::npos) return spec;
+  const std::string tag = key + "=";
+  size_t at = colon + 1;
+  while (at < spec.size() && spec.compare(at, tag.size(), tag) != 0) {
+    at = spec.find(',', at);
+    if (at == std::string::npos) return spec;
+    ++at;
+  }
+  if (at >= spec.size()) return spec;
+  const size_t begin = at + tag.size(), end = std::min(spec.find(',', begin), spec.size());
   std::string values;
   for (size_t i = begin; i < end;) {
     const size_t next = std::min(spec.find(';', i), end);
@@ -229,12 +238,40 @@ std::string scale_piecewise_values(const std::string& spec, double factor) {
   }
   return spec.substr(0, begin) + values + spec.substr(end);
 }
+}  // namespace
+
+std::string scale_piecewise_values(const std::string& spec, double factor) {
+  if (spec.rfind("piecewise:", 0) != 0) return spec;
+  return scale_key(spec, "values", factor);
+}
+
+std::string scale_schedule_epochs(const std::string& spec, double factor) {
+  return scale_key(scale_key(spec, "boundary_epochs", factor), "decay_epochs", factor);
+}
+
+PlateauSpec plateau_spec(const std::string& spec) {
+  PlateauSpec plateau;
+  if (spec.substr(0, spec.find(':')) != "plateau") return plateau;
+  SpecParser p(spec, 1);
+  p.allow({"patience", "factor", "min_lr"});
+  const double patience = p.required_number("patience");
+  if (patience < 1 || patience != std::floor(patience) || patience > 1e9)
+    p.error("patience must be a whole number of evaluations >= 1, got {}", patience);
+  plateau.patience = static_cast<int64_t>(patience);
+  plateau.factor = p.number("factor", plateau.factor);
+  if (!(plateau.factor > 0 && plateau.factor < 1))
+    p.error("factor must be in (0, 1), got {}", plateau.factor);
+  plateau.min_lr = p.number("min_lr", plateau.min_lr);
+  if (plateau.min_lr < 0) p.error("min_lr must be >= 0, got {}", plateau.min_lr);
+  return plateau;
+}
 
 std::unique_ptr<LrSchedule> parse_lr_schedule(const std::string& spec, float initial_lr,
                                               int64_t steps_per_epoch, int64_t total_steps,
                                               std::string* warning) {
   const std::string name = spec.substr(0, spec.find(':'));
-  if (name != "constant" && name != "exponential" && name != "piecewise" && name != "cosine")
+  if (name != "constant" && name != "exponential" && name != "piecewise" && name != "cosine" &&
+      name != "plateau")
     fail("--lr_schedule '{}': unknown schedule '{}'; expected {}", spec, name, kExpected);
   SpecParser p(spec, steps_per_epoch);
   const bool uses_initial = name != "piecewise";
@@ -246,6 +283,10 @@ std::unique_ptr<LrSchedule> parse_lr_schedule(const std::string& spec, float ini
     p.allow({});
     return std::make_unique<Constant>(lr);
   }
+  if (name == "plateau") {  // the reductions are the run's (plateau_spec), applied by the learner
+    plateau_spec(spec);
+    return std::make_unique<Constant>(lr);
+  }
   if (name == "exponential") {
     p.allow({"decay_steps", "decay_epochs", "rate", "staircase"});
     const int64_t decay_steps = p.steps("decay_steps", "decay_epochs", -1);
@@ -254,6 +295,11 @@ std::unique_ptr<LrSchedule> parse_lr_schedule(const std::string& spec, float ini
     const double rate = p.required_number("rate");
     if (!(rate > 0)) p.error("rate must be > 0, got {}", rate);
     const bool staircase = p.flag("staircase", false);
+    if (staircase && decay_steps >= total_steps && warning)
+      *warning = fmt::format(
+          "--lr_schedule '{}': the first decay comes after {} steps, but the run has {}: the "
+          "learning rate stays {} to the end",
+          spec, decay_steps, total_steps, lr);
     return std::make_unique<Exponential>(lr, decay_steps, rate, staircase);
   }
   if (name == "piecewise") {
@@ -263,12 +309,23 @@ std::unique_ptr<LrSchedule> parse_lr_schedule(const std::string& spec, float ini
     if (values.size() != boundaries.size() + 1)
       p.error("{} boundaries need {} values, got {}", boundaries.size(), boundaries.size() + 1,
               values.size());
-    for (size_t i = 1; i < boundaries.size(); ++i)
-      if (boundaries[i] <= boundaries[i - 1])
-        p.error("boundaries must strictly increase, got {} after {}", boundaries[i],
-                boundaries[i - 1]);
+    // Epochs that increase may fall on one step of a short run (a value never used), steps not.
+    const bool epochs = p.has("boundary_epochs");
+    const std::vector<double> given =
+        epochs ? p.numbers("boundary_epochs")
+               : std::vector<double>(boundaries.begin(), boundaries.end());
+    for (size_t i = 1; i < given.size(); ++i)
+      if (given[i] <= given[i - 1])
+        p.error("boundaries must strictly increase, got {} after {}", given[i], given[i - 1]);
     for (double v : values)
       if (!(v > 0)) p.error("values must be learning rates > 0, got {}", v);
+    size_t reached = 0;  // the boundaries the run passes (lr(step) for step < total_steps)
+    while (reached < boundaries.size() && boundaries[reached] < total_steps - 1) ++reached;
+    if (reached < boundaries.size() && warning)
+      *warning = fmt::format(
+          "--lr_schedule '{}': boundary {} (step {}) is past the run's last step {}: the learning "
+          "rate stays {} to the end",
+          spec, reached + 1, boundaries[reached], total_steps - 1, values[reached]);
     return std::make_unique<Piecewise>(std::move(boundaries), std::move(values));
   }
   if (name == "cosine") {

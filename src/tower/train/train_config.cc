@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "tower/train/lr_schedule.h"
 #include "tower/train/trainer.h"
 
 namespace tower {
@@ -49,8 +50,11 @@ std::vector<std::pair<std::string, std::string>> rank_fields(const TrainConfig& 
           {"--epsilon", fmt::format("{}", o.epsilon)},
           {"--lr", fmt::format("{}", c.lr)},
           {"--lr_schedule", c.lr_schedule},
+          {"the recipe's epochs", fmt::format("{}", c.schedule_epochs)},
           {"--clip_norm", fmt::format("{}", c.clip_norm)},
           {"--ema_decay", fmt::format("{}", c.ema_decay)},
+          {"--bn_momentum", fmt::format("{}", c.bn_momentum)},
+          {"--precise_bn", c.precise_bn},
           {"--augmentation", c.augmentation},
           {"--seed", std::to_string(c.seed)},
           {"--resume_from", c.resume_from},
@@ -72,6 +76,7 @@ void apply_recipe(TrainConfig& config, const Recipe& recipe) {
   config.optimizer.weight_decay = recipe.weight_decay;
   config.lr = recipe.lr;
   config.lr_schedule = recipe.lr_schedule;
+  config.schedule_epochs = recipe.epochs;
   config.batch_size = recipe.batch_size;
   config.epochs = recipe.epochs;
   config.ema_decay = recipe.ema_decay;
@@ -102,6 +107,13 @@ void validate(const TrainConfig& c) {
   check_number("--clip_norm", c.clip_norm, 0, 1e30, "a number >= 0 (0: no clipping)");
   if (!std::isfinite(c.ema_decay) || c.ema_decay < 0 || c.ema_decay >= 1)
     fail("--ema_decay must be in [0, 1) (0: no moving average), got {}", c.ema_decay);
+  if (!std::isfinite(c.bn_momentum) || c.bn_momentum < 0 || c.bn_momentum >= 1)
+    fail(
+        "--bn_momentum must be in (0, 1) (the decay of the moving averages; 0: the model's own), "
+        "got {}",
+        c.bn_momentum);
+  if (c.precise_bn != "auto" && c.precise_bn != "on" && c.precise_bn != "off")
+    fail("--precise_bn must be auto, on or off, got '{}'", c.precise_bn);
   input_transforms(c.augmentation, model.default_input, model.default_input);
   check_count("--num_preprocess_threads", c.num_preprocess_threads, 0, 256);
   check_count("--log_every", c.log_every, 0, kMaxSteps);
@@ -109,6 +121,13 @@ void validate(const TrainConfig& c) {
   check_number("--save_every_secs", c.save_every_secs, 0, 1e9, "a number of seconds >= 0 (0: off)");
   check_count("--keep_checkpoints", c.keep_checkpoints, 1, 1000000);
   check_count("--eval_every", c.eval_every, 0, kMaxSteps);
+  check_count("--early_stopping", c.early_stopping, 0, kMaxSteps);
+  const bool plateau = plateau_spec(c.lr_schedule).patience > 0;  // checks the spec
+  for (const auto& [flag, given] : {std::pair{"--keep_best", c.keep_best},
+                                    {"--early_stopping", c.early_stopping > 0},
+                                    {"--lr_schedule plateau", plateau}})
+    if (given && c.eval_every == 0)
+      fail("{} needs --eval_every N: it compares the evaluations made every N steps", flag);
   check_number("--comm_timeout", c.comm_timeout, 1e-3, 1e9, "a number of seconds > 0");
   if (c.train_dir.empty()) fail("--train_dir must not be empty");
   check_count("--trace_steps", c.trace_steps, 1, 1000000);

@@ -37,7 +37,12 @@ void add_input_images(EventWriter& events, const Tensor& images, int64_t step) {
 }  // namespace
 
 TrainHooks::TrainHooks(const TrainConfig& config, Communicator& comm, RunShape run)
-    : config_(config), comm_(comm), chief_(comm.rank() == 0), run_(std::move(run)) {
+    : config_(config),
+      comm_(comm),
+      chief_(comm.rank() == 0),
+      run_(std::move(run)),
+      progress_(run_.progress),
+      plateau_(plateau_spec(config.lr_schedule)) {
   g_stop_signal.store(0);
   previous_int_ = std::signal(SIGINT, on_stop_signal);
   previous_term_ = std::signal(SIGTERM, on_stop_signal);
@@ -68,22 +73,62 @@ void TrainHooks::after_step(int64_t step, const StepResult& out, float lr, const
       (last || std::chrono::duration<double>(Clock::now() - last_bar_).count() > 0.2))
     show_progress(step, out, lr);
   if (config_.log_every > 0 && (step % config_.log_every == 0 || last)) log(step, out, lr, learner);
-  if (chief_ && config_.eval_every > 0 && step % config_.eval_every == 0 && !last) {
+  // Every --eval_every steps, the last step too: what the evaluations make of the run (keep-best,
+  // early stopping, plateau) is counted before the checkpoint of that step is written.
+  if (chief_ && config_.eval_every > 0 && step % config_.eval_every == 0) {
     const double precision = evaluate(step, learner);
     std::printf("%sstep %lld, precision @ 1 = %.4f\n", progress_bar_ ? "\n" : "",
                 static_cast<long long>(step), precision);
+    observe(step, precision);
   }
 }
 
 bool TrainHooks::stop_requested() {
-  float signal = static_cast<float>(g_stop_signal.load());
-  comm_.allreduce_sum(&signal, 1);
-  return signal != 0;
+  // Small whole numbers: exact as floats. Only rank 0 evaluates, so the others add zeros.
+  float values[3] = {static_cast<float>(g_stop_signal.load()), stop_early_ ? 1.0f : 0.0f,
+                     chief_ ? static_cast<float>(progress_.lr_reductions) : 0.0f};
+  comm_.allreduce_sum(values, 3);
+  stopping_early_ = values[1] != 0;
+  progress_.lr_reductions = static_cast<int64_t>(values[2]);
+  return values[0] != 0;
+}
+
+void TrainHooks::observe(int64_t step, double precision) {
+  EvalProgress& p = progress_;
+  if (precision > p.best) {
+    p = {.best = precision, .best_step = step, .lr_reductions = p.lr_reductions};
+    save_best_ = config_.keep_best;
+    return;
+  }
+  ++p.since_best;
+  if (plateau_.patience > 0 && ++p.plateau_wait >= plateau_.patience) {
+    p.plateau_wait = 0;
+    ++p.lr_reductions;
+    std::printf("plateau: no better precision in %lld evaluations: lr x%g from step %lld on\n",
+                static_cast<long long>(plateau_.patience), plateau_.factor,
+                static_cast<long long>(step + 1));
+  }
+  if (config_.early_stopping > 0 && p.since_best >= config_.early_stopping) {
+    stop_early_ = true;
+    std::printf(
+        "early stopping at step %lld: %lld evaluations without a better precision than %.4f "
+        "(step %lld)\n",
+        static_cast<long long>(step), static_cast<long long>(p.since_best), p.best,
+        static_cast<long long>(p.best_step));
+  }
+  std::fflush(stdout);
+}
+
+void TrainHooks::report_best() const {
+  if (!chief_ || !config_.keep_best || progress_.best_step < 0) return;
+  std::printf("best: precision @ 1 = %.4f at step %lld, kept in %s\n", progress_.best,
+              static_cast<long long>(progress_.best_step),
+              checkpoint_prefix(config_.train_dir, progress_.best_step).c_str());
 }
 
 bool TrainHooks::save_due(int64_t step, bool stopping) const {
   const double since_save = std::chrono::duration<double>(Clock::now() - last_save_).count();
-  return chief_ && (step == run_.total_steps || stopping ||
+  return chief_ && (step == run_.total_steps || stopping || save_best_ ||
                     (config_.save_every_steps > 0 && step % config_.save_every_steps == 0) ||
                     (config_.save_every_secs > 0 && since_save >= config_.save_every_secs));
 }
@@ -93,8 +138,12 @@ void TrainHooks::save(const TrainingState& state, Learner& learner) {
   std::vector<std::pair<std::string, const Tensor*>> tensors;
   for (auto& [name, tensor] : learner.state_tensors(Learner::Replicas::first))
     tensors.push_back({name, tensor});
-  save_training_checkpoint(config_.train_dir, state, tensors, config_.keep_checkpoints);
+  for (const auto& [name, tensor] : recomputed(state.step, learner))
+    tensors.push_back({name + kRecomputedSuffix, &tensor});
+  save_training_checkpoint(config_.train_dir, state, tensors, config_.keep_checkpoints,
+                           config_.keep_best ? progress_.best_step : -1);
   last_save_ = Clock::now();
+  save_best_ = false;
 }
 
 void TrainHooks::report_stop(int64_t step) const {
@@ -114,13 +163,13 @@ void TrainHooks::show_progress(int64_t step, const StepResult& out, float lr) {
   const int filled =
       static_cast<int>(20 * static_cast<double>(step) / static_cast<double>(run_.total_steps));
   std::printf(
-      "\r[%s%s] epoch %.2f  step %lld/%lld  loss %.4f  accuracy %.1f%%  lr %.3g  "
+      "\r[%s%s] epoch %.2f  step %lld/%lld  loss %.4f  train accuracy %.1f%%  lr %.3g  "
       "%.0f examples/s  ETA %.0f s ",
       std::string(static_cast<size_t>(filled), '#').c_str(),
       std::string(static_cast<size_t>(20 - filled), '.').c_str(),
       static_cast<double>(step) / static_cast<double>(run_.steps_per_epoch),
       static_cast<long long>(step), static_cast<long long>(run_.total_steps), out.loss,
-      100.0 * out.metrics[1], lr,
+      100.0 * window_accuracy_ / static_cast<double>(std::max<int64_t>(window_steps_, 1)), lr,
       static_cast<double>((step - run_.first_step) * run_.global_batch) / elapsed,
       done > 0 ? elapsed * (1 - done) / done : 0.0);
   if (last) std::printf("\n");
@@ -135,7 +184,8 @@ void TrainHooks::log(int64_t step, const StepResult& out, float lr, const Learne
   const double examples_per_sec = static_cast<double>(run_.global_batch) / per_batch;
   // The loss is the cross-entropy plus the weight-decay terms, which can dwarf it (cifar10: 2.1
   // of weight decay under a cross-entropy of 0.01): both are shown. The accuracy is the mean of
-  // the training batches since the last line.
+  // the training batches since the last line, here as in the progress bar, metrics.jsonl and
+  // TensorBoard.
   const double accuracy = window_accuracy_ / static_cast<double>(window_steps_);
   if (chief_ && !progress_bar_) {
     std::printf(
@@ -152,12 +202,13 @@ void TrainHooks::log(int64_t step, const StepResult& out, float lr, const Learne
          {"epoch", static_cast<double>(step) / static_cast<double>(run_.steps_per_epoch)},
          {"loss", out.loss},
          {"cross_entropy", out.metrics[0]},
-         {"train_accuracy", out.metrics[1]},
+         {"train_accuracy", accuracy},
          {"lr", lr},
          {"examples_per_sec", examples_per_sec}});
   if (events_) {
     events_->add_scalar("total_loss", out.loss, step);
     events_->add_scalar("cross_entropy", out.metrics[0], step);
+    events_->add_scalar("train_accuracy", static_cast<float>(accuracy), step);
     events_->add_scalar("learning_rate", lr, step);
     events_->add_scalar("examples_per_sec", static_cast<float>(examples_per_sec), step);
     const DataParallel& towers = learner.towers();
@@ -182,12 +233,26 @@ double TrainHooks::evaluate(int64_t step, const Learner& learner) {
   if (!evaluator_)
     evaluator_ = std::make_unique<Evaluator>(config_.model, run_.test_set, run_.eval_transform, 500,
                                              run_.cores, config_.program.precision);
-  const double precision = evaluator_->evaluate(
-      [&](const std::string& name) -> const Tensor& { return learner.eval_weight(name); });
+  const std::map<std::string, Tensor>& statistics = recomputed(step, learner);
+  const double precision = evaluator_->evaluate([&](const std::string& name) -> const Tensor& {
+    auto it = statistics.find(name);
+    return it != statistics.end() ? it->second : learner.eval_weight(name);
+  });
   metrics_->append({{"step", step}, {"wall_time", seconds()}, {"eval_precision_at_1", precision}});
   if (events_) events_->add_scalar("eval/precision_at_1", static_cast<float>(precision), step);
   last_eval_ = precision;
+  last_eval_step_ = step;
   return precision;
+}
+
+const std::map<std::string, Tensor>& TrainHooks::recomputed(int64_t step, const Learner& learner) {
+  if (run_.bn_statistics && step != recomputed_step_) {
+    trace::Slice slice("hooks", "batch-norm statistics");
+    recomputed_ = run_.bn_statistics->compute(
+        [&](const std::string& name) -> const Tensor& { return learner.eval_weight(name); });
+    recomputed_step_ = step;
+  }
+  return recomputed_;
 }
 
 int64_t TrainHooks::eval_examples() const { return evaluator_ ? evaluator_->examples() : 0; }

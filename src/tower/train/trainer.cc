@@ -9,9 +9,12 @@
 
 #include "tower/core/trace.h"
 #include "tower/data/input_pipeline.h"
+#include "tower/ops/batch_norm.h"
 #include "tower/ops/nn_loss.h"
 #include "tower/parallel/data_parallel.h"
+#include "tower/train/batch_norm_statistics.h"
 #include "tower/train/learner.h"
+#include "tower/train/lr_schedule.h"
 #include "tower/train/train_hooks.h"
 #include "tower/train/training_state.h"
 
@@ -33,6 +36,7 @@ struct RunData {
 struct ResumePoint {
   int64_t step = 0;
   Position position;
+  EvalProgress progress;
   std::optional<TrainingCheckpoint> checkpoint;
 };
 
@@ -56,6 +60,9 @@ class Run {
     open_pipeline(resume);
     learner_ = make_learner();
     if (resume) restore(*resume);
+    const EvalProgress progress = resume ? resume->progress : EvalProgress{};
+    learner_->set_lr_reductions(progress.lr_reductions);
+    plan_batch_norm();
     hooks_ = std::make_unique<TrainHooks>(config_, comm_,
                                           RunShape{.global_batch = plan_.batches.global,
                                                    .steps_per_epoch = steps_per_epoch_,
@@ -63,9 +70,19 @@ class Run {
                                                    .first_step = first_step_,
                                                    .test_set = data_.test,
                                                    .eval_transform = data_.transforms.eval,
+                                                   .bn_statistics = bn_statistics_,
+                                                   .progress = progress,
                                                    .cores = plan_.devices.cores});
     print_start();
-    while (step_ < total_steps_ && !result_.interrupted) loop_step();
+    if (config_.early_stopping > 0 && progress.since_best >= config_.early_stopping) {
+      result_.stopped_early = true;  // a resume of a run that stopped early: nothing to do
+      if (chief_)
+        fmt::print(
+            "stopped early at step {}: {} evaluations without a better precision (raise "
+            "--early_stopping to go on)\n",
+            step_, progress.since_best);
+    }
+    while (step_ < total_steps_ && !result_.interrupted && !result_.stopped_early) loop_step();
     trace_steps();
     finish();
     return result_;
@@ -131,14 +148,20 @@ class Run {
                                                : load_training_checkpoint(config_.resume_from);
     }
     if (checkpoint) refuse_other_run(*checkpoint, identity());
-    nlohmann::json where;  // {step, epoch, epoch_step}; null when starting fresh
+    nlohmann::json where;  // {step, epoch, epoch_step, progress}; null when starting fresh
     if (checkpoint)
-      where = {checkpoint->state.step, checkpoint->state.epoch, checkpoint->state.epoch_step};
+      where = {checkpoint->state.step, checkpoint->state.epoch, checkpoint->state.epoch_step,
+               checkpoint->state.progress.best_step >= 0
+                   ? eval_progress_to_json(checkpoint->state.progress)
+                   : nlohmann::json()};
     if (comm_.size() > 1)
       where = nlohmann::json::parse(comm_.allgather(chief_ ? where.dump() : "")[0]);
     if (where.is_null()) return std::nullopt;
     return ResumePoint{.step = where[0].get<int64_t>(),
                        .position = {where[1].get<int64_t>(), where[2].get<int64_t>()},
+                       .progress = where[3].is_null()
+                                       ? EvalProgress{}
+                                       : eval_progress_from_json(where[3], "rank 0's resume point"),
                        .checkpoint = std::move(checkpoint)};
   }
 
@@ -169,9 +192,26 @@ class Run {
     if (total_steps_ > kMaxSteps)
       fail("--epochs {} is {} steps of {} per epoch, more than {}", config_.epochs, total_steps_,
            steps_per_epoch_, kMaxSteps);
+    fit_schedule();
     if (resume && resume->checkpoint && !config_.allow_schedule_change)
-      refuse_schedule_change(*resume->checkpoint, {config_.lr_schedule, config_.lr, total_steps_},
-                             step_, steps_per_epoch_);
+      refuse_schedule_change(*resume->checkpoint, {lr_schedule_, config_.lr, total_steps_}, step_,
+                             steps_per_epoch_);
+  }
+
+  // A recipe's schedule in epochs follows the run's length: its boundaries stay at the same
+  // fractions of the run.
+  void fit_schedule() {
+    lr_schedule_ = config_.lr_schedule;
+    if (config_.schedule_epochs <= 0) return;
+    const double epochs = config_.max_steps > 0 ? static_cast<double>(total_steps_) /
+                                                      static_cast<double>(steps_per_epoch_)
+                                                : config_.epochs;
+    const double factor = epochs / config_.schedule_epochs;
+    const std::string scaled = scale_schedule_epochs(config_.lr_schedule, factor);
+    if (factor == 1 || scaled == config_.lr_schedule) return;
+    lr_schedule_ = scaled;
+    schedule_note_ = fmt::format(" (the recipe's {}, written for {} epochs, scaled to {:.6g})",
+                                 config_.lr_schedule, config_.schedule_epochs, epochs);
   }
 
   std::unique_ptr<Learner> make_learner() const {
@@ -184,14 +224,15 @@ class Run {
     options.seed = config_.seed;
     options.program = config_.program;
     options.micro_batch = config_.micro_batch_size;
-    std::unique_ptr<DataParallel> towers = build_towers(
-        model_, pipeline_->image_shape(), plan_.batches.local, data_.train->num_classes, options);
+    std::unique_ptr<DataParallel> towers =
+        build_towers(model_, pipeline_->image_shape(), plan_.batches.local,
+                     data_.train->num_classes, options, config_.bn_momentum);
     if (config_.log_device_placement && chief_)
       for (int t = 0; t < towers->num_towers(); ++t)
         std::fputs(towers->program(t).placement_log().c_str(), stderr);
     std::string warning;
     auto learner = std::make_unique<Learner>(std::move(towers), config_.optimizer,
-                                             LearnerOptions{.lr_schedule = config_.lr_schedule,
+                                             LearnerOptions{.lr_schedule = lr_schedule_,
                                                             .lr = config_.lr,
                                                             .steps_per_epoch = steps_per_epoch_,
                                                             .total_steps = total_steps_,
@@ -200,6 +241,42 @@ class Run {
                                              &warning);
     if (chief_ && !warning.empty()) fmt::print(stderr, "warning: {}\n", warning);
     return learner;
+  }
+
+  // Rank 0, which evaluates and saves, decides whether the batch norms' statistics are recomputed
+  // (--precise_bn) and says what it chose.
+  void plan_batch_norm() {
+    if (!chief_ || config_.precise_bn == "off") return;
+    const int64_t batch =
+        config_.micro_batch_size > 0 ? config_.micro_batch_size : config_.batch_size;
+    auto statistics = std::make_shared<BatchNormStatistics>(
+        model_, data_.train, data_.transforms.train,
+        BatchNormStatisticsOptions{.batch = std::min(batch, data_.train->size()),
+                                   .seed = config_.seed,
+                                   .momentum = config_.bn_momentum,
+                                   .precision = config_.program.precision});
+    if (statistics->empty()) return;
+    const float decay = statistics->decay();
+    const int64_t settle = moving_average_settle_steps(decay);
+    const std::string momentum =
+        fmt::format("batch norm: momentum {:g}{}", decay,
+                    config_.bn_momentum > 0 ? " (--bn_momentum)" : " (the model's)");
+    if (config_.precise_bn == "auto" && total_steps_ >= settle) {
+      batch_norm_note_ =
+          fmt::format("{}: moving averages (they settle in {} steps, this run has {})", momentum,
+                      settle, total_steps_);
+      return;
+    }
+    bn_statistics_ = std::move(statistics);
+    batch_norm_note_ = fmt::format(
+        "{}: evaluations and checkpoints use statistics recomputed over {} training examples "
+        "with the weights evaluated (precise BN{})",
+        momentum, bn_statistics_->examples(),
+        config_.precise_bn == "on"
+            ? ", --precise_bn on"
+            : fmt::format("; the moving averages need {} steps to settle, this run has {}: "
+                          "--precise_bn off keeps them",
+                          settle, total_steps_));
   }
 
   // Rank 0 copies the checkpoint in and hands the state to the others.
@@ -228,6 +305,9 @@ class Run {
                towers == 1 ? "" : "s", strategy_name(config_.strategy), global,
                micro > 0 ? fmt::format(" in {} micro-batches of {}", global / micro, micro) : "",
                total_steps_, steps_per_epoch_);
+    fmt::print("schedule: {} lr {:g}, {}{}\n", config_.optimizer.name, config_.lr, lr_schedule_,
+               schedule_note_);
+    if (!batch_norm_note_.empty()) fmt::print("{}\n", batch_norm_note_);
     std::fflush(stdout);
   }
 
@@ -278,7 +358,10 @@ class Run {
     result_.last_loss = out.loss;
     hooks_->after_step(step_, out, lr, *learner_, batch.images);
     result_.interrupted = hooks_->stop_requested();
-    if (hooks_->save_due(step_, result_.interrupted)) hooks_->save(checkpoint_state(), *learner_);
+    result_.stopped_early = hooks_->stopping_early();
+    learner_->set_lr_reductions(hooks_->progress().lr_reductions);
+    if (hooks_->save_due(step_, result_.interrupted || result_.stopped_early))
+      hooks_->save(checkpoint_state(), *learner_);
     if (result_.interrupted) hooks_->report_stop(step_);
   }
 
@@ -290,7 +373,8 @@ class Run {
                   .micro_batch_size = config_.micro_batch_size,
                   .strategy = std::string(strategy_name(config_.strategy)),
                   .optimizer = config_.optimizer.name,
-                  .seed = config_.seed};
+                  .seed = config_.seed,
+                  .bn_momentum = config_.bn_momentum};
     if (config_.micro_batch_size == 0) {  // the classic towers: the layout shapes the batch
       r.batch_size = config_.batch_size;
       r.num_towers = static_cast<int64_t>(plan_.devices.devices.size());
@@ -313,7 +397,9 @@ class Run {
     state.augmentation = config_.augmentation;
     state.classes = data_.train->class_names;
     state.image_shape = data_.train->image_shape();
-    state.schedule = {config_.lr_schedule, config_.lr, total_steps_};
+    state.schedule = {lr_schedule_, config_.lr, total_steps_};
+    state.program = this_program();
+    state.progress = hooks_->progress();
     return state;
   }
 
@@ -323,11 +409,15 @@ class Run {
     for (const auto& v : towers.trainable()) weights.push_back(&towers.replica(0).get(v.name));
     check_identical_on_all_ranks(comm_, weights, "trained weights");
     if (chief_ && config_.final_eval && !result_.interrupted) {
-      const double precision = hooks_->evaluate(step_, *learner_);
-      std::printf("precision @ 1 = %.4f (%lld test examples, %s weights)\n", precision,
+      const double precision = hooks_->last_eval_step() == step_
+                                   ? hooks_->last_eval()  // --eval_every's, of this step
+                                   : hooks_->evaluate(step_, *learner_);
+      std::printf("precision @ 1 = %.4f (%lld test examples, %s weights%s)\n", precision,
                   static_cast<long long>(hooks_->eval_examples()),
-                  learner_->averages() ? "moving-average" : "raw");
+                  learner_->averages() ? "moving-average" : "raw",
+                  bn_statistics_ ? ", recomputed batch-norm statistics" : "");
     }
+    hooks_->report_best();
     result_.eval_accuracy = hooks_->last_eval();
     result_.steps = step_;
     result_.trained = step_ - first_step_;
@@ -343,6 +433,10 @@ class Run {
   RunData data_;
   std::unique_ptr<InputPipeline> pipeline_;
   int64_t steps_per_epoch_ = 0, total_steps_ = 0, step_ = 0, first_step_ = 0;
+  std::string lr_schedule_,
+      schedule_note_;  // the schedule this run follows, and why (fit_schedule)
+  std::shared_ptr<BatchNormStatistics> bn_statistics_;  // rank 0, when recomputed (--precise_bn)
+  std::string batch_norm_note_;
   std::unique_ptr<Learner> learner_;
   std::unique_ptr<TrainHooks> hooks_;
   std::optional<Batch> next_;  // the next batch, taken early
@@ -353,9 +447,11 @@ class Run {
 
 std::unique_ptr<DataParallel> build_towers(const ModelDef& model, const Shape& example_shape,
                                            int64_t batch, int num_classes,
-                                           const DataParallelOptions& options) {
-  TowerFn tower_fn = [&model, num_classes](const Scope& scope, Value images, Value labels) {
+                                           const DataParallelOptions& options, float bn_momentum) {
+  TowerFn tower_fn = [&model, num_classes, bn_momentum](const Scope& scope, Value images,
+                                                        Value labels) {
     ModelOutputs out = model.build(scope, images, num_classes, Mode::train);
+    if (bn_momentum > 0) ops::set_moving_average_decay(out.updates, bn_momentum);
     LossOutputs loss = classification_loss(scope, out.logits, labels);
     Value accuracy = ops::accuracy(scope, out.logits, labels);
     return TowerOutputs{loss.total_loss, {loss.cross_entropy, accuracy}, out.updates};

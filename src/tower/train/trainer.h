@@ -46,7 +46,18 @@ struct TrainConfig {
   OptimizerConfig optimizer{.name = "adam"};
   float lr = 0.003f;
   std::string lr_schedule = "cosine:warmup_steps=50";
+  // The run length in epochs that lr_schedule's epoch values are written for (a recipe's epochs;
+  // 0: the schedule is the user's own). A run of another length has the schedule's
+  // boundary_epochs and decay_epochs scaled to it (scale_schedule_epochs).
+  double schedule_epochs = 0;
   float ema_decay = 0.9999f;  // 0: no moving average of the weights
+  // The decay of every batch norm's moving averages (0: the model's own; PyTorch's momentum 0.1
+  // is 0.9 here). Recorded in checkpoints.
+  float bn_momentum = 0;
+  // Batch-norm statistics recomputed with the weights evaluated (batch_norm_statistics.h) for
+  // evaluations and checkpoints: "on", "off", or "auto": when the run is too short for the moving
+  // averages to settle.
+  std::string precise_bn = "auto";
   std::string augmentation = "none";
   int64_t max_steps = 0;  // > 0: overrides epochs
   // Resume even when --max_steps, --epochs, --lr or --lr_schedule change the learning rate of the
@@ -61,6 +72,10 @@ struct TrainConfig {
   double save_every_secs = 600;
   int keep_checkpoints = 5;
   int64_t eval_every = 0;  // steps; 0: only at the end
+  // With eval_every: keep the checkpoint of the best evaluation whatever keep_checkpoints says;
+  // stop after early_stopping evaluations in a row without a better one (0: never).
+  bool keep_best = false;
+  int64_t early_stopping = 0;
   bool final_eval = true;
   std::string resume_from;    // a checkpoint prefix to resume from explicitly
   bool summaries = true;      // TensorBoard event files
@@ -92,9 +107,11 @@ DataOptions data_options(const TrainConfig& config);
 
 // A built-in model's towers: the stage of train() that `tower bench` reuses. Each tower fetches
 // its total loss, then the cross-entropy and the accuracy.
+// `bn_momentum` > 0 sets the decay of the model's moving averages.
 std::unique_ptr<DataParallel> build_towers(const ModelDef& model, const Shape& example_shape,
                                            int64_t batch, int num_classes,
-                                           const DataParallelOptions& options);
+                                           const DataParallelOptions& options,
+                                           float bn_momentum = 0);
 
 struct TrainResult {
   int64_t steps = 0;    // the step reached
@@ -102,7 +119,8 @@ struct TrainResult {
   float last_loss = 0;
   double eval_accuracy = -1;  // precision@1 of the last evaluation, -1 if none
   double seconds = 0;
-  bool interrupted = false;  // stopped by SIGINT/SIGTERM (after a checkpoint)
+  bool interrupted = false;    // stopped by SIGINT/SIGTERM (after a checkpoint)
+  bool stopped_early = false;  // --early_stopping (after a checkpoint)
 };
 
 // With several ranks (mpirun), every rank calls train() with the same config: each runs its own

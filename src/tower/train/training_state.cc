@@ -4,6 +4,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -34,6 +35,7 @@ nlohmann::ordered_json identity_json(const RunIdentity& r) {
   json["strategy"] = r.strategy;
   json["optimizer"] = r.optimizer;
   json["seed"] = r.seed;
+  if (r.bn_momentum > 0) json["bn_momentum"] = r.bn_momentum;
   return json;
 }
 
@@ -81,7 +83,32 @@ class Reader {
   std::string file_, path_;
 };
 
+EvalProgress eval_progress_from_json(const Reader& r) {
+  EvalProgress p;
+  const Json& best = r.at("best", &Json::is_number, "a precision in [0, 1]");
+  if (!(best.get<double>() >= 0 && best.get<double>() <= 1))
+    r.error("best", "is " + best.dump(), "a precision in [0, 1]");
+  p.best = best.get<double>();
+  p.best_step = r.whole("best_step", 0);
+  p.since_best = r.whole("since_best", 0);
+  p.plateau_wait = r.whole("plateau_wait", 0);
+  p.lr_reductions = r.whole("lr_reductions", 0);
+  return p;
+}
+
 }  // namespace
+
+Json eval_progress_to_json(const EvalProgress& p) {
+  return {{"best", p.best},
+          {"best_step", p.best_step},
+          {"since_best", p.since_best},
+          {"plateau_wait", p.plateau_wait},
+          {"lr_reductions", p.lr_reductions}};
+}
+
+EvalProgress eval_progress_from_json(const Json& json, const std::string& file) {
+  return eval_progress_from_json(Reader(json, file, "progress"));
+}
 
 Json training_state_to_json(const TrainingState& s) {
   Json json = {{"step", s.step},
@@ -92,6 +119,8 @@ Json training_state_to_json(const TrainingState& s) {
                {"augmentation", s.augmentation}};
   if (!s.classes.empty()) json["classes"] = s.classes;
   if (s.image_shape.rank() == 3) json["image_shape"] = s.image_shape.dims();
+  if (!s.program.empty()) json["program"] = s.program;
+  if (s.progress.best_step >= 0) json["progress"] = eval_progress_to_json(s.progress);
   if (s.schedule.total_steps > 0)
     json["schedule"] = {{"lr_schedule", s.schedule.spec},
                         {"lr", s.schedule.lr},
@@ -121,6 +150,12 @@ TrainingState training_state_from_json(const Json& json, const std::string& file
   s.run.strategy = run.text("strategy");
   s.run.optimizer = run.text("optimizer");
   s.run.seed = static_cast<uint64_t>(run.whole("seed", 0));
+  if (run.has("bn_momentum")) {
+    const Json& m = run.at("bn_momentum", &Json::is_number, "a number");
+    if (!(m.get<double>() > 0 && m.get<double>() < 1))
+      run.error("bn_momentum", "is " + m.dump(), "a number in (0, 1)");
+    s.run.bn_momentum = m.get<float>();
+  }
   for (const Json& d : top.at("devices", &Json::is_array, "a list of devices")) {
     if (!d.is_string()) top.error("devices", "holds " + d.dump(), "a list of device names");
     s.devices.push_back(d.get<std::string>());
@@ -143,6 +178,8 @@ TrainingState training_state_from_json(const Json& json, const std::string& file
       top.error("image_shape", "has " + std::to_string(dims.size()) + " values", "[C, H, W]");
     s.image_shape = Shape(dims);
   }
+  if (top.has("program")) s.program = top.text("program");
+  if (top.has("progress")) s.progress = eval_progress_from_json(top.object("progress"));
   if (top.has("schedule")) {
     Reader schedule = top.object("schedule");
     s.schedule.spec = schedule.text("lr_schedule");
@@ -180,15 +217,29 @@ std::vector<IdentityDifference> differences(const RunIdentity& saved, const RunI
   return found;
 }
 
-const ModelDef& run_model(const RunIdentity& run, const std::string& origin) {
+const ModelDef& run_model(const TrainingState& state, const std::string& origin) {
+  const RunIdentity& run = state.run;
   if (!run.model_file.empty()) register_model_file(run.model_file, "the model file of " + origin);
+  const std::vector<std::string> known = model_names();
+  if (std::find(known.begin(), known.end(), run.model) == known.end() && !state.program.empty() &&
+      state.program != this_program())
+    fail(
+        "{}: model '{}' was registered by the program that trained it, '{}', not by this one "
+        "('{}'): run that program's eval, predict or export (its cli_main has them all)",
+        origin, run.model, state.program, this_program());
   return get_model(run.model);
+}
+
+std::string this_program() {
+  std::error_code error;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
+  return error ? std::string() : self.filename().string();
 }
 
 void save_training_checkpoint(const std::string& dir, const TrainingState& state,
                               const std::vector<std::pair<std::string, const Tensor*>>& tensors,
-                              int keep_last) {
-  checkpoint_save(dir, state.step, tensors, training_state_to_json(state), keep_last);
+                              int keep_last, int64_t keep_also) {
+  checkpoint_save(dir, state.step, tensors, training_state_to_json(state), keep_last, keep_also);
 }
 
 namespace {

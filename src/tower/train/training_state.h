@@ -27,6 +27,7 @@ struct RunIdentity {
   int64_t ranks = 0;
   std::string strategy, optimizer;
   uint64_t seed = 0;
+  float bn_momentum = 0;  // --bn_momentum; 0: the model's own (and left out of the file)
 };
 
 // The learning-rate schedule a run trained on, as resolved from the recipe and the flags.
@@ -35,6 +36,20 @@ struct ScheduleRecord {
   double lr = 0;     // --lr
   int64_t total_steps = 0;
 };
+
+// What a run made of its evaluations so far (--eval_every): the best precision @ 1 and its step
+// (--keep_best keeps that checkpoint), the evaluations since (--early_stopping), and the plateau
+// schedule's count.
+struct EvalProgress {
+  double best = -1;  // -1: no evaluation yet
+  int64_t best_step = -1;
+  int64_t since_best = 0;     // evaluations in a row without a better precision
+  int64_t plateau_wait = 0;   // the same since the last reduction of the learning rate
+  int64_t lr_reductions = 0;  // lr x factor^lr_reductions (plateau:...)
+};
+nlohmann::json eval_progress_to_json(const EvalProgress& progress);
+// `file` and the key path name the source in errors.
+EvalProgress eval_progress_from_json(const nlohmann::json& json, const std::string& file);
 
 struct TrainingState {
   int64_t step = 0;                   // updates done
@@ -46,6 +61,8 @@ struct TrainingState {
   std::vector<std::string> classes;  // the class names of the data set (empty in older ones)
   Shape image_shape;                 // (C, H, W) of the data set's images (rank 0 in older ones)
   ScheduleRecord schedule;           // total_steps 0 in older ones
+  std::string program;               // the file name of the program that trained it (older: "")
+  EvalProgress progress;             // no evaluation yet in older ones
 };
 
 nlohmann::json training_state_to_json(const TrainingState& state);
@@ -62,8 +79,11 @@ struct IdentityDifference {
 std::vector<IdentityDifference> differences(const RunIdentity& saved, const RunIdentity& now);
 
 // The model a run trained; a model file's is registered from the text the checkpoint carries
-// (`origin` names the checkpoint in errors).
-const ModelDef& run_model(const RunIdentity& run, const std::string& origin);
+// (`origin` names the checkpoint in errors). A model this program does not know, which the
+// program that trained it registered, is an error naming that program.
+const ModelDef& run_model(const TrainingState& state, const std::string& origin);
+// The file name of the running program ("tower", or a user's program linking the library).
+std::string this_program();
 
 // A state file that is valid JSON but does not fit the schema: written by another tool (or by
 // hand), not damage. The message names the file and the key.
@@ -81,7 +101,7 @@ struct TrainingCheckpoint {
 // Writes the tensors (with checksums) and the state; see checkpoint_save.
 void save_training_checkpoint(const std::string& dir, const TrainingState& state,
                               const std::vector<std::pair<std::string, const Tensor*>>& tensors,
-                              int keep_last);
+                              int keep_last, int64_t keep_also = -1);
 
 // Loads a checkpoint and validates its state; a tower::Error names the file and what is wrong
 // (a damaged file, a tensor failing its checksum), a ForeignStateError the state key.

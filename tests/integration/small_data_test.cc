@@ -1,0 +1,207 @@
+// The real binary on a short run of a batch-norm model: statistics recomputed for evaluation and
+// checkpoints (precise BN), --bn_momentum recorded, and a recipe's schedule fitted to the run.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "testing/checkpoints.h"
+#include "testing/files.h"
+#include "testing/subprocess.h"
+#include "testing/tmp_dir.h"
+#include "tower/io/checkpoint.h"
+
+namespace tower {
+namespace {
+
+using testing::contains;
+using testing::run_tower;
+using testing::TmpDir;
+
+constexpr const char* kModel = R"({
+  "name": "small_bn", "input": [3, 32, 32],
+  "layers": [
+    {"type": "conv_bn", "name": "conv0", "filters": 8, "stride": 2, "activation": "relu"},
+    {"type": "residual", "name": "block1", "filters": 8},
+    {"type": "global_avg_pool"},
+    {"type": "dense", "name": "logits", "units": "num_classes"}
+  ]
+})";
+
+class SmallDataTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    tmp_ = new TmpDir();
+    auto r = run_tower("make-dataset --format cifar10 --out " + (*tmp_ / "data") +
+                       " --num_train 240 --num_test 60 --seed 5");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    testing::write_file(*tmp_ / "small_bn.json", kModel);
+  }
+  static void TearDownTestSuite() { delete tmp_; }
+  static std::string flags(const std::string& dir, int steps, const std::string& more = "") {
+    return "train --model_file " + (*tmp_ / "small_bn.json") +
+           " --data cifar10:" + (*tmp_ / "data") +
+           " --num_devices 2 --batch_size 8 --optimizer momentum --lr 0.05 --lr_schedule constant"
+           " --log_every 5 --max_steps " +
+           std::to_string(steps) + " --train_dir " + dir + " " + more;
+  }
+  static TmpDir* tmp_;
+};
+TmpDir* SmallDataTest::tmp_ = nullptr;
+
+// A run shorter than the moving averages need says so, evaluates and checkpoints with recomputed
+// statistics beside the moving averages, and eval reads them back to the same precision.
+TEST_F(SmallDataTest, ShortRunsRecomputeBatchNormStatistics) {
+  TmpDir dirs;
+  auto run = run_tower(flags(dirs / "short", 12, "--save_every_steps 6"));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(contains(run.output,
+                       "batch norm: momentum 0.99 (the model's): evaluations and checkpoints use "
+                       "statistics recomputed over 240 training examples"))
+      << run.output;
+  EXPECT_TRUE(contains(run.output, "the moving averages need 459 steps to settle, this run has 12"))
+      << run.output;
+  EXPECT_TRUE(contains(run.output, "recomputed batch-norm statistics)")) << run.output;
+  auto tensors = testing::checkpoint_tensors(dirs / "short", 12);
+  for (const std::string name : {"conv0/moving_mean", "block1/conv2/moving_variance"}) {
+    ASSERT_TRUE(tensors.count(name)) << name;
+    ASSERT_TRUE(tensors.count(name + "/Recomputed")) << name;
+    EXPECT_NE(tensors[name], tensors[name + "/Recomputed"]) << name;
+  }
+  const std::string final_line = run.output.substr(run.output.find("precision @ 1 = "), 22);
+  auto eval = run_tower("eval --run_once --train_dir " + (dirs / "short"));
+  ASSERT_EQ(eval.exit_code, 0) << eval.output;
+  EXPECT_TRUE(contains(eval.output, final_line)) << final_line << "\n" << eval.output;
+
+  // The moving averages go on as if nothing was recomputed: 6 + 6 steps resumed are bitwise 12.
+  auto first = run_tower(flags(dirs / "resumed", 6));
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  auto second = run_tower(flags(dirs / "resumed", 12, "--allow_schedule_change"));
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_EQ(testing::checkpoint_tensors(dirs / "resumed", 12), tensors);
+
+  // Off: the checkpoint holds the moving averages alone.
+  auto off = run_tower(flags(dirs / "off", 2, "--precise_bn off"));
+  ASSERT_EQ(off.exit_code, 0) << off.output;
+  EXPECT_FALSE(contains(off.output, "recomputed")) << off.output;
+  for (const auto& [name, bytes] : testing::checkpoint_tensors(dirs / "off", 2))
+    EXPECT_FALSE(contains(name, "Recomputed")) << name;
+}
+
+// --bn_momentum sets every batch norm's decay, is recorded in the checkpoint, and a resume with
+// another is refused naming it; with it the moving averages settle within the run.
+TEST_F(SmallDataTest, BatchNormMomentumIsAFlagOfTheRun) {
+  TmpDir dirs;
+  auto run = run_tower(flags(dirs / "m", 50, "--bn_momentum 0.9"));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(contains(run.output,
+                       "batch norm: momentum 0.9 (--bn_momentum): moving averages (they settle "
+                       "in 44 steps, this run has 50)"))
+      << run.output;
+  const auto state =
+      nlohmann::json::parse(testing::read_file(checkpoint_prefix(dirs / "m", 50) + ".json"));
+  EXPECT_FLOAT_EQ(state["run"]["bn_momentum"].get<float>(), 0.9f);
+  EXPECT_FALSE(testing::checkpoint_tensors(dirs / "m", 50).count("conv0/moving_mean/Recomputed"));
+  auto other = run_tower(flags(dirs / "m", 60, "--bn_momentum 0.5 --allow_schedule_change"));
+  EXPECT_EQ(other.exit_code, 1) << other.output;
+  EXPECT_TRUE(contains(other.output, "bn_momentum")) << other.output;
+  auto bad = run_tower(flags(dirs / "bad", 1, "--bn_momentum 1"));
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_TRUE(contains(bad.output, "--bn_momentum must be in (0, 1)")) << bad.output;
+  auto precise = run_tower(flags(dirs / "bad", 1, "--precise_bn sometimes"));
+  EXPECT_EQ(precise.exit_code, 1);
+  EXPECT_TRUE(contains(precise.output, "--precise_bn must be auto, on or off")) << precise.output;
+}
+
+// ResNet-20's recipe (x0.1 at epochs 82 and 123 of 164) run for 8 epochs decays at 4 and 6, and
+// the run's first lines say so.
+TEST_F(SmallDataTest, RecipeScheduleFollowsTheRunsEpochs) {
+  TmpDir dirs;
+  auto run = run_tower("train --model resnet20 --data cifar10:" + (*tmp_ / "data") +
+                       " --num_devices 1 --batch_size 240 --epochs 8 --log_every 1 --train_dir " +
+                       (dirs / "r"));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(
+      contains(run.output,
+               "schedule: momentum lr 0.1, piecewise:boundary_epochs=4;6,values=0.1;0.01;"
+               "0.001 (the recipe's piecewise:boundary_epochs=82;123,values=0.1;0.01;0.001, "
+               "written for 164 epochs, scaled to 8)"))
+      << run.output;
+  EXPECT_TRUE(contains(run.output, "step 2, ")) << run.output;
+  EXPECT_TRUE(contains(run.output, "lr 0.1\n")) << run.output;
+  EXPECT_TRUE(contains(run.output, "lr 0.01\n")) << run.output;
+  EXPECT_TRUE(contains(run.output, "lr 0.001\n")) << run.output;
+  // A schedule of the user's own that never decays within the run is said, not scaled.
+  auto own = run_tower(
+      flags(dirs / "own", 4, "--lr_schedule exponential:decay_steps=10,rate=0.5,staircase=1"));
+  ASSERT_EQ(own.exit_code, 0) << own.output;
+  EXPECT_TRUE(contains(own.output,
+                       "warning: --lr_schedule 'exponential:decay_steps=10,rate=0.5,staircase=1': "
+                       "the first decay comes after 10 steps, but the run has 4"))
+      << own.output;
+}
+
+// Weights that do not move (a learning rate of 1e-20) give the same precision at every
+// evaluation: the first is the best, and the plateau and early-stopping counts run from there.
+TEST_F(SmallDataTest, PlateauAndEarlyStoppingCountEvaluationsWithoutProgress) {
+  TmpDir dirs;
+  auto run = run_tower(flags(dirs / "still", 50,
+                             "--lr 1e-20 --lr_schedule plateau:patience=2,factor=0.5 "
+                             "--eval_every 1 --early_stopping 4 --log_every 1 --keep_best "
+                             "--keep_checkpoints 1"));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(contains(run.output, "step 3, precision @ 1 = ")) << run.output;
+  EXPECT_TRUE(contains(run.output,
+                       "plateau: no better precision in 2 evaluations: lr x0.5 from "
+                       "step 4 on"))
+      << run.output;
+  EXPECT_TRUE(contains(run.output, "sec/batch) lr 1e-20\n")) << run.output;
+  EXPECT_TRUE(contains(run.output, "sec/batch) lr 5e-21\n")) << run.output;
+  EXPECT_TRUE(contains(run.output,
+                       "early stopping at step 5: 4 evaluations without a better "
+                       "precision than "))
+      << run.output;
+  EXPECT_TRUE(contains(run.output, "best: precision @ 1 = ")) << run.output;
+  EXPECT_TRUE(contains(run.output, " at step 1, kept in ")) << run.output;
+  EXPECT_FALSE(contains(run.output, "step 6,")) << run.output;
+  // The best (step 1) stays beside the last (step 5) with --keep_checkpoints 1.
+  EXPECT_EQ(checkpoint_list(dirs / "still"), (std::vector<int64_t>{1, 5}));
+  const auto state =
+      nlohmann::json::parse(testing::read_file(checkpoint_prefix(dirs / "still", 5) + ".json"));
+  EXPECT_EQ(state["progress"]["best_step"], 1);
+  EXPECT_EQ(state["progress"]["since_best"], 4);
+  EXPECT_EQ(state["progress"]["lr_reductions"], 2);
+
+  auto needs_eval = run_tower(flags(dirs / "x", 5, "--keep_best"));
+  EXPECT_EQ(needs_eval.exit_code, 1);
+  EXPECT_TRUE(contains(needs_eval.output, "--keep_best needs --eval_every N")) << needs_eval.output;
+  auto bad = run_tower(flags(dirs / "x", 5, "--eval_every 1 --lr_schedule plateau:factor=2"));
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_TRUE(contains(bad.output, "plateau needs patience=")) << bad.output;
+}
+
+// A run stopped and resumed goes on counting: the same plateau reductions, the same early stop
+// and the same weights as the run that never stopped.
+TEST_F(SmallDataTest, PlateauAndEarlyStoppingResumeBitwise) {
+  TmpDir dirs;
+  const std::string more =
+      "--lr_schedule plateau:patience=2,factor=0.5 --eval_every 2 --early_stopping 4 "
+      "--keep_best --precise_bn off --allow_schedule_change";
+  auto straight = run_tower(flags(dirs / "straight", 80, more));
+  ASSERT_EQ(straight.exit_code, 0) << straight.output;
+  auto first = run_tower(flags(dirs / "resumed", 10, more));
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  auto second = run_tower(flags(dirs / "resumed", 80, more));
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  const int64_t last = checkpoint_list(dirs / "straight").back();
+  ASSERT_EQ(checkpoint_list(dirs / "resumed").back(), last);
+  EXPECT_EQ(testing::checkpoint_tensors(dirs / "straight", last),
+            testing::checkpoint_tensors(dirs / "resumed", last));
+  auto progress = [&](const std::string& dir) {
+    return nlohmann::json::parse(
+        testing::read_file(checkpoint_prefix(dir, last) + ".json"))["progress"];
+  };
+  EXPECT_EQ(progress(dirs / "straight"), progress(dirs / "resumed"));
+}
+
+}  // namespace
+}  // namespace tower

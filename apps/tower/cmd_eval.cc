@@ -37,6 +37,8 @@ void record(const EvalResult& r, const std::string& eval_dir) {
   if (ec) fail("cannot create the eval dir '{}' (--eval_dir): {}", dir, ec.message());
   EventWriter events(dir);
   events.add_scalar(r.key + "/precision_at_1", static_cast<float>(r.precision_at_1), r.step);
+  if (r.precision_at_5 >= 0)
+    events.add_scalar(r.key + "/precision_at_5", static_cast<float>(r.precision_at_5), r.step);
   // The confusion matrix as an image: row t (true class), column p (predicted), each row scaled to
   // its largest count, every cell a square of pixels.
   const int64_t k = static_cast<int64_t>(r.class_names.size());
@@ -54,12 +56,13 @@ void record(const EvalResult& r, const std::string& eval_dir) {
     events.add_image(r.key + "/confusion_matrix", pixels.data(), static_cast<int>(side),
                      static_cast<int>(side), 1, r.step);
   }
-  MetricsLog(dir + "/metrics.jsonl")
-      .append({{"step", r.step},
-               {"checkpoint", r.checkpoint},
-               {r.key + "_precision_at_1", r.precision_at_1},
-               {r.key + "_classes", r.class_names},
-               {r.key + "_confusion", r.confusion}});
+  nlohmann::json line = {{"step", r.step},
+                         {"checkpoint", r.checkpoint},
+                         {r.key + "_precision_at_1", r.precision_at_1}};
+  if (r.precision_at_5 >= 0) line[r.key + "_precision_at_5"] = r.precision_at_5;
+  line[r.key + "_classes"] = r.class_names;
+  line[r.key + "_confusion"] = r.confusion;
+  MetricsLog(dir + "/metrics.jsonl").append(line);
 }
 
 // Per class: precision (of the examples predicted as the class, the share that are) and recall
@@ -106,7 +109,8 @@ void run_eval(Flags& flags) {
       EvalResult r = evaluate_checkpoint(config);
       if (r.step != last_step) {
         last_step = r.step;
-        fmt::print("step {}: precision @ 1 = {:.4f} ({} examples)\n", r.step, r.precision_at_1,
+        fmt::print("step {}: precision @ 1 = {:.4f}{} ({} examples)\n", r.step, r.precision_at_1,
+                   r.precision_at_5 >= 0 ? fmt::format(", @ 5 = {:.4f}", r.precision_at_5) : "",
                    r.examples);
         print_classes(r);
         if (!flags.save_logits.empty()) {

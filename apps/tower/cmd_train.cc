@@ -172,6 +172,11 @@ void add_recipe_flags(CLI::App& app, Flags& flags) {
                  "pad-crop-flip (recipe)");
   app.add_option("--clip_norm", c.clip_norm, "Clip gradients to this global norm (0: off)");
   app.add_option("--ema_decay", c.ema_decay, "Moving average of the weights (0: off; recipe)");
+  app.add_option("--label_smoothing", c.label_smoothing,
+                 "Train towards (1 - E) one_hot + E / K instead of the one-hot label");
+  app.add_option("--class_weights", c.class_weights,
+                 "balanced (N / (K n_c)) | a JSON file {\"class\": weight}: weigh each "
+                 "example's loss by its class");
   app.add_option("--bn_momentum", c.bn_momentum,
                  "Decay of every batch norm's moving averages (PyTorch's momentum 0.1 is 0.9 "
                  "here; default: the model's own)");

@@ -2,6 +2,7 @@
 // checkpoints (precise BN), --bn_momentum recorded, and a recipe's schedule fitted to the run.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "testing/checkpoints.h"
@@ -201,6 +202,53 @@ TEST_F(SmallDataTest, PlateauAndEarlyStoppingResumeBitwise) {
         testing::read_file(checkpoint_prefix(dir, last) + ".json"))["progress"];
   };
   EXPECT_EQ(progress(dirs / "straight"), progress(dirs / "resumed"));
+}
+
+// Label smoothing and class weights are said at the start; eval's precision @ 5 (more than 5
+// classes) is the share of test labels among the 5 largest of the logits it saves.
+TEST_F(SmallDataTest, LossTargetAndTopFive) {
+  TmpDir dirs;
+  testing::write_file(dirs / "weights.json", R"({"cat": 2, "9": 0.5})");
+  auto run = run_tower(flags(
+      dirs / "t", 8,
+      "--label_smoothing 0.1 --class_weights " + (dirs / "weights.json") + " --eval_every 4"));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(contains(run.output, "10 classes: airplane 24, automobile 24,")) << run.output;
+  EXPECT_TRUE(contains(run.output, "loss: cross-entropy, label smoothing 0.1, class weights " +
+                                       (dirs / "weights.json") +
+                                       " (1, 1, 1, 2, 1, 1, 1, 1, 1, 0.5)"))
+      << run.output;
+  EXPECT_TRUE(contains(run.output, "step 4, precision @ 1 = ")) << run.output;
+  EXPECT_TRUE(contains(testing::read_file(dirs / "t/metrics.jsonl"), "\"eval_precision_at_5\":"));
+
+  auto eval = run_tower("eval --run_once --train_dir " + (dirs / "t") + " --save_logits " +
+                        (dirs / "logits.npy"));
+  ASSERT_EQ(eval.exit_code, 0) << eval.output;
+  const size_t at = eval.output.find(", @ 5 = ");
+  ASSERT_NE(at, std::string::npos) << eval.output;
+  const double reported = std::stod(eval.output.substr(at + 8, 6));
+  const std::string npy = testing::read_file(dirs / "logits.npy");
+  const size_t header = 10 + (static_cast<uint8_t>(npy[8]) | static_cast<uint8_t>(npy[9]) << 8);
+  const std::string test = testing::read_file(*tmp_ / "data/test_batch.bin");
+  const size_t examples = test.size() / 3073;
+  ASSERT_EQ(npy.size() - header, examples * 10 * sizeof(float));
+  int64_t in_top5 = 0;
+  for (size_t i = 0; i < examples; ++i) {
+    float row[10];
+    std::memcpy(row, npy.data() + header + i * sizeof(row), sizeof(row));
+    const int label = static_cast<uint8_t>(test[i * 3073]);
+    int larger = 0;  // InTopK: fewer than 5 logits strictly larger than the label's
+    for (float v : row) larger += v > row[label] ? 1 : 0;
+    in_top5 += larger < 5 ? 1 : 0;
+  }
+  EXPECT_NEAR(reported, static_cast<double>(in_top5) / static_cast<double>(examples), 5e-5);
+
+  auto bad = run_tower(flags(dirs / "bad", 1, "--label_smoothing 1"));
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_TRUE(contains(bad.output, "--label_smoothing must be in [0, 1), got 1")) << bad.output;
+  auto unknown = run_tower("lr-find --help");
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_TRUE(contains(unknown.output, "unknown sub-command 'lr-find'")) << unknown.output;
 }
 
 }  // namespace

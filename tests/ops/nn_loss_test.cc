@@ -83,6 +83,80 @@ TEST(NnLossTest, CrossEntropyGradient) {
   }
 }
 
+// Label smoothing e and class weights w, against the definition computed in double:
+// w[y] * (logsumexp(z) - sum_j ((1 - e) [j == y] + e / K) z_j).
+TEST(NnLossTest, SmoothedWeightedCrossEntropyMatchesItsDefinition) {
+  const int64_t n = 5, k = 4;
+  Tensor logits = random_tensor(Shape{n, k}, 3, -3.0f, 3.0f);
+  const std::vector<int32_t> labels = {0, 3, 1, 3, 2};
+  Tensor label_tensor = labels_tensor(labels);
+  const ops::SoftmaxCrossEntropyAttrs attrs{.label_smoothing = 0.1f,
+                                            .class_weights = {0.5f, 2.0f, 1.0f, 4.0f}};
+  Graph g;
+  Scope s(g);
+  Value pl = s.placeholder("logits", logits.shape());
+  Value py = s.placeholder("labels", label_tensor.shape(), DType::i32);
+  Value loss = ops::sparse_softmax_cross_entropy_with_logits(s, pl, py, attrs);
+  auto out = evaluate(g, {loss}, {{pl, &logits}, {py, &label_tensor}});
+  const float* z = logits.data<float>();
+  for (int64_t i = 0; i < n; ++i) {
+    double lse = 0, expected = 0;
+    for (int64_t j = 0; j < k; ++j) lse += std::exp(static_cast<double>(z[i * k + j]));
+    lse = std::log(lse);
+    for (int64_t j = 0; j < k; ++j)
+      expected -= ((j == labels[i] ? 0.9 : 0.0) + 0.1 / k) * z[i * k + j];
+    expected = attrs.class_weights[static_cast<size_t>(labels[i])] * (lse + expected);
+    EXPECT_NEAR(out[0].data<float>()[i], expected, 1e-5 * std::abs(expected)) << i;
+  }
+  // A hand-computed row: logits (0, 0), label 0, e = 0.2, weight 3: 3 * (log 2 - 0) = 3 log 2
+  // whatever e, since the logits are equal; the gradient is 3 * (1/2 - (0.8 + 0.1)) = -1.2 and
+  // 3 * (1/2 - 0.1) = 1.2.
+  Tensor even = Tensor::from_vector<float>(Shape{1, 2}, {0.0f, 0.0f});
+  Tensor zero = labels_tensor({0});
+  Graph g2;
+  Scope s2(g2);
+  Value pe = s2.placeholder("logits", even.shape());
+  Value pz = s2.placeholder("labels", zero.shape(), DType::i32);
+  Value l2 = ops::sparse_softmax_cross_entropy_with_logits(
+      s2, pe, pz, {.label_smoothing = 0.2f, .class_weights = {3.0f, 1.0f}});
+  Value dy = s2.placeholder("dy", l2.shape());
+  Tensor one = Tensor::from_vector<float>(Shape{1}, {1.0f});
+  Value grad = gradients(s2, {l2}, {pe}, {dy})[0];
+  auto o2 = evaluate(g2, {l2, grad}, {{pe, &even}, {pz, &zero}, {dy, &one}});
+  EXPECT_NEAR(o2[0].data<float>()[0], 3 * std::log(2.0), 1e-6);
+  EXPECT_NEAR(o2[1].data<float>()[0], -1.2, 1e-6);
+  EXPECT_NEAR(o2[1].data<float>()[1], 1.2, 1e-6);
+}
+
+TEST(NnLossTest, SmoothedWeightedCrossEntropyGradient) {
+  for (auto [n, k] : std::vector<std::pair<int64_t, int64_t>>{{5, 7}, {3, 2}, {1, 1}}) {
+    SCOPED_TRACE(fmt::format("N={} K={}", n, k));
+    std::vector<int32_t> labels;
+    std::vector<float> weights;
+    for (int64_t i = 0; i < n; ++i) labels.push_back(static_cast<int32_t>((i * 5 + 3) % k));
+    for (int64_t j = 0; j < k; ++j) weights.push_back(0.5f + 0.25f * static_cast<float>(j));
+    check_gradients(
+        [&](const Scope& s, const Inputs& in) {
+          return ops::sparse_softmax_cross_entropy_with_logits(
+              s, in[0], in[1], {.label_smoothing = 0.15f, .class_weights = weights});
+        },
+        testing::tensors(random_tensor(Shape{n, k}, 2, -2.0f, 2.0f), labels_tensor(labels)),
+        {.tolerance = 5e-3, .no_grad = {1}});
+  }
+  Graph g;
+  Scope s(g);
+  Value logits = s.placeholder("logits", Shape{2, 3});
+  Value labels = s.placeholder("labels", Shape{2}, DType::i32);
+  std::string msg = error_of([&] {
+    ops::sparse_softmax_cross_entropy_with_logits(s, logits, labels, {.class_weights = {1, 2}});
+  });
+  EXPECT_NE(msg.find("2 class weights for 3 classes"), std::string::npos) << msg;
+  msg = error_of([&] {
+    ops::sparse_softmax_cross_entropy_with_logits(s, logits, labels, {.label_smoothing = 1.0f});
+  });
+  EXPECT_NE(msg.find("label smoothing must be in [0, 1), got 1"), std::string::npos) << msg;
+}
+
 TEST(NnLossTest, CrossEntropyReportsABadLabel) {
   Tensor logits = random_tensor(Shape{3, 4}, 1);
   Graph g;

@@ -80,8 +80,9 @@ int64_t count_parameters(const ModelDef& model, const Shape& input, int num_clas
   return total;
 }
 
-LossOutputs classification_loss(const Scope& scope, Value logits, Value labels) {
-  Value xent = ops::sparse_softmax_cross_entropy_with_logits(scope, logits, labels);
+LossOutputs classification_loss(const Scope& scope, Value logits, Value labels,
+                                const ops::SoftmaxCrossEntropyAttrs& target) {
+  Value xent = ops::sparse_softmax_cross_entropy_with_logits(scope, logits, labels, target);
   Value mean = ops::reduce_mean(scope, xent);
   Graph& graph = scope.graph();
   graph.add_to_collection("losses", mean);

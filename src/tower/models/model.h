@@ -9,6 +9,7 @@
 
 #include "tower/graph/graph.h"
 #include "tower/nn/layers.h"
+#include "tower/ops/nn_loss.h"
 
 namespace tower {
 
@@ -74,6 +75,8 @@ struct LossOutputs {
   Value total_loss;     // cross-entropy + weight decay
   Value cross_entropy;  // mean over the batch
 };
-LossOutputs classification_loss(const Scope& scope, Value logits, Value labels);
+// `target`: label smoothing and class weights of the cross-entropy (none by default).
+LossOutputs classification_loss(const Scope& scope, Value logits, Value labels,
+                                const ops::SoftmaxCrossEntropyAttrs& target = {});
 
 }  // namespace tower

@@ -19,6 +19,13 @@ void expect_logits_and_labels(const Node& n) {
     fail_node(n, fmt::format("labels {} must have one entry per row of logits {}",
                              n.inputs[1].shape().to_string(), logits.to_string()));
   if (logits[1] < 1) fail_node(n, "logits need at least one class");
+  if (const auto* a = std::any_cast<SoftmaxCrossEntropyAttrs>(&n.attrs)) {
+    if (!(a->label_smoothing >= 0 && a->label_smoothing < 1))
+      fail_node(n, fmt::format("label smoothing must be in [0, 1), got {}", a->label_smoothing));
+    if (!a->class_weights.empty() && static_cast<int64_t>(a->class_weights.size()) != logits[1])
+      fail_node(n,
+                fmt::format("{} class weights for {} classes", a->class_weights.size(), logits[1]));
+  }
 }
 
 OpRegistrar xent_op{
@@ -28,9 +35,9 @@ OpRegistrar xent_op{
        expect_logits_and_labels(n);
        return std::vector<TensorSpec>{{Shape{n.inputs[0].shape()[0]}, DType::f32}};
      },
-     // d loss_i / d logits_ij = softmax_ij - [j == label_i]; labels get none.
+     // d loss_i / d logits_ij = w_label_i (softmax_ij - target_ij); labels get none.
      [](const Scope& s, const Node& n, const Grads& g) {
-       Value dlogits = s.op("SparseSoftmaxXentGrad", {n.inputs[0], n.inputs[1], g[0]});
+       Value dlogits = s.op("SparseSoftmaxXentGrad", {n.inputs[0], n.inputs[1], g[0]}, n.attrs);
        return Grads{dlogits, Value{}};
      }}};
 
@@ -97,8 +104,11 @@ OpRegistrar in_top_k_op{
 
 }  // namespace
 
-Value sparse_softmax_cross_entropy_with_logits(const Scope& s, Value logits, Value labels) {
-  return s.op("SparseSoftmaxCrossEntropyWithLogits", {logits, labels});
+Value sparse_softmax_cross_entropy_with_logits(const Scope& s, Value logits, Value labels,
+                                               SoftmaxCrossEntropyAttrs attrs) {
+  if (attrs.label_smoothing == 0 && attrs.class_weights.empty())
+    return s.op("SparseSoftmaxCrossEntropyWithLogits", {logits, labels});
+  return s.op("SparseSoftmaxCrossEntropyWithLogits", {logits, labels}, std::move(attrs));
 }
 
 Value softmax(const Scope& s, Value logits) { return s.op("Softmax", {logits}); }

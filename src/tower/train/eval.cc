@@ -98,6 +98,7 @@ EvalResult evaluate_checkpoint(const EvalConfig& config) {
     result.precision_at_1 = evaluator.evaluate([&](const std::string& name) -> const Tensor& {
       return checkpoint_weight(checkpoint, name, ema);
     });
+    result.precision_at_5 = evaluator.precision_at_5();
     result.confusion = evaluator.confusion();
     result.logits = evaluator.logits();
   } catch (const Error& e) {

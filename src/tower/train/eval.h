@@ -26,6 +26,7 @@ struct EvalConfig {
 struct EvalResult {
   int64_t step = 0;
   double precision_at_1 = 0;
+  double precision_at_5 = -1;  // -1: 5 classes or fewer
   int64_t examples = 0;
   std::string checkpoint;  // the prefix evaluated
   // What was evaluated, for TensorBoard tags and metrics keys: "eval" for the moving-average

@@ -10,7 +10,8 @@ struct Evaluator::Impl {
   std::shared_ptr<const Dataset> dataset;
   int64_t batch_size;
   Graph graph;
-  Value images, labels, correct, predicted, logits;
+  Value images, labels, correct, predicted, logits, correct5;
+  double precision_at_5 = -1;
   std::vector<int64_t> confusion;
   std::vector<float> logits_seen;
   VariableStore variables;
@@ -41,11 +42,15 @@ Evaluator::Evaluator(const std::string& model, std::shared_ptr<const Dataset> da
   m.correct = ops::in_top_k(scope, out.logits, m.labels, 1);
   m.predicted = ops::argmax(scope, out.logits);
   m.logits = out.logits;
+  std::vector<Value> fetches{m.correct, m.predicted, m.logits};
+  if (dataset->num_classes > 5) {
+    m.correct5 = ops::in_top_k(scope, out.logits, m.labels, 5);
+    fetches.push_back(m.correct5);
+  }
   m.variables.initialize(m.graph, 0);
   ProgramOptions options{Device{}, num_threads > 0 ? num_threads : cpu_info().num_cores};
   options.precision = precision;
-  m.program = std::make_unique<Program>(
-      m.graph, std::vector<Value>{m.correct, m.predicted, m.logits}, m.variables, options);
+  m.program = std::make_unique<Program>(m.graph, fetches, m.variables, options);
 }
 
 Evaluator::~Evaluator() = default;
@@ -53,6 +58,7 @@ Evaluator::~Evaluator() = default;
 int64_t Evaluator::examples() const { return impl_->dataset->size(); }
 const std::vector<int64_t>& Evaluator::confusion() const { return impl_->confusion; }
 const std::vector<float>& Evaluator::logits() const { return impl_->logits_seen; }
+double Evaluator::precision_at_5() const { return impl_->precision_at_5; }
 
 double Evaluator::evaluate(const std::function<const Tensor&(const std::string&)>& weights) {
   Impl& m = *impl_;
@@ -66,7 +72,8 @@ double Evaluator::evaluate(const std::function<const Tensor&(const std::string&)
     into.copy_from(from);
   }
   InputPipeline pipeline(m.dataset, m.options);
-  int64_t seen = 0, correct = 0;
+  int64_t seen = 0, correct = 0, correct5 = 0;
+  const bool top5 = m.program->num_fetches() > 3;
   const int64_t total = m.dataset->size(), classes = m.dataset->num_classes;
   m.confusion.assign(static_cast<size_t>(classes * classes), 0);
   m.logits_seen.resize(static_cast<size_t>(total * classes));
@@ -87,10 +94,13 @@ double Evaluator::evaluate(const std::function<const Tensor&(const std::string&)
     std::copy(l, l + n * classes, m.logits_seen.begin() + seen * classes);
     for (int64_t i = 0; i < n; ++i) {
       correct += c[i] > 0.5f ? 1 : 0;
+      if (top5) correct5 += m.program->output(3).data<float>()[i] > 0.5f ? 1 : 0;
       if (p[i] >= 0 && p[i] < classes) ++m.confusion[static_cast<size_t>(t[i] * classes + p[i])];
     }
     seen += n;
   }
+  const double n = static_cast<double>(std::max<int64_t>(total, 1));
+  m.precision_at_5 = top5 ? static_cast<double>(correct5) / n : -1;
   return total > 0 ? static_cast<double>(correct) / static_cast<double>(total) : 0.0;
 }
 

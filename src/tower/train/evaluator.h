@@ -22,6 +22,9 @@ class Evaluator {
   // `weights(name)` returns the tensor to use for each variable of the model.
   double evaluate(const std::function<const Tensor&(const std::string&)>& weights);
   int64_t examples() const;
+  // Of the last evaluate(): the share of examples whose label is among the 5 largest logits (ties
+  // counted in, as InTopK); -1 for 5 classes or fewer, where it would be 1.
+  double precision_at_5() const;
   // Of the last evaluate(): [true class * classes + predicted class] -> examples.
   const std::vector<int64_t>& confusion() const;
   // Of the last evaluate(): the logits, (examples, classes) row-major, in the data set's order.

@@ -55,6 +55,8 @@ std::vector<std::pair<std::string, std::string>> rank_fields(const TrainConfig& 
           {"--ema_decay", fmt::format("{}", c.ema_decay)},
           {"--bn_momentum", fmt::format("{}", c.bn_momentum)},
           {"--precise_bn", c.precise_bn},
+          {"--label_smoothing", fmt::format("{}", c.label_smoothing)},
+          {"--class_weights", c.class_weights},
           {"--augmentation", c.augmentation},
           {"--seed", std::to_string(c.seed)},
           {"--resume_from", c.resume_from},
@@ -112,6 +114,8 @@ void validate(const TrainConfig& c) {
         "--bn_momentum must be in (0, 1) (the decay of the moving averages; 0: the model's own), "
         "got {}",
         c.bn_momentum);
+  if (!std::isfinite(c.label_smoothing) || c.label_smoothing < 0 || c.label_smoothing >= 1)
+    fail("--label_smoothing must be in [0, 1), got {}", c.label_smoothing);
   if (c.precise_bn != "auto" && c.precise_bn != "on" && c.precise_bn != "off")
     fail("--precise_bn must be auto, on or off, got '{}'", c.precise_bn);
   input_transforms(c.augmentation, model.default_input, model.default_input);

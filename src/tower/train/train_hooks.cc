@@ -77,8 +77,8 @@ void TrainHooks::after_step(int64_t step, const StepResult& out, float lr, const
   // early stopping, plateau) is counted before the checkpoint of that step is written.
   if (chief_ && config_.eval_every > 0 && step % config_.eval_every == 0) {
     const double precision = evaluate(step, learner);
-    std::printf("%sstep %lld, precision @ 1 = %.4f\n", progress_bar_ ? "\n" : "",
-                static_cast<long long>(step), precision);
+    std::printf("%sstep %lld, precision @ 1 = %.4f%s\n", progress_bar_ ? "\n" : "",
+                static_cast<long long>(step), precision, at_5().c_str());
     observe(step, precision);
   }
 }
@@ -238,8 +238,14 @@ double TrainHooks::evaluate(int64_t step, const Learner& learner) {
     auto it = statistics.find(name);
     return it != statistics.end() ? it->second : learner.eval_weight(name);
   });
-  metrics_->append({{"step", step}, {"wall_time", seconds()}, {"eval_precision_at_1", precision}});
+  nlohmann::json line = {
+      {"step", step}, {"wall_time", seconds()}, {"eval_precision_at_1", precision}};
+  const double at5 = evaluator_->precision_at_5();
+  if (at5 >= 0) line["eval_precision_at_5"] = at5;
+  metrics_->append(line);
   if (events_) events_->add_scalar("eval/precision_at_1", static_cast<float>(precision), step);
+  if (events_ && at5 >= 0)
+    events_->add_scalar("eval/precision_at_5", static_cast<float>(at5), step);
   last_eval_ = precision;
   last_eval_step_ = step;
   return precision;
@@ -253,6 +259,11 @@ const std::map<std::string, Tensor>& TrainHooks::recomputed(int64_t step, const 
     recomputed_step_ = step;
   }
   return recomputed_;
+}
+
+std::string TrainHooks::at_5() const {
+  const double at5 = evaluator_ ? evaluator_->precision_at_5() : -1;
+  return at5 >= 0 ? fmt::format(", @ 5 = {:.4f}", at5) : std::string();
 }
 
 int64_t TrainHooks::eval_examples() const { return evaluator_ ? evaluator_->examples() : 0; }

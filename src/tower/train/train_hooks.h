@@ -66,6 +66,8 @@ class TrainHooks {
   // metrics.jsonl and TensorBoard (rank 0).
   double evaluate(int64_t step, const Learner& learner);
   int64_t eval_examples() const;
+  // ", @ 5 = P" of the last evaluation where the data has more than 5 classes, else "".
+  std::string at_5() const;
   double last_eval() const { return last_eval_; }  // -1: none yet
   int64_t last_eval_step() const { return last_eval_step_; }
   double seconds() const;  // since the hooks opened

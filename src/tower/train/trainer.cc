@@ -1,5 +1,6 @@
 #include "tower/train/trainer.h"
 
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include "tower/ops/nn_loss.h"
 #include "tower/parallel/data_parallel.h"
 #include "tower/train/batch_norm_statistics.h"
+#include "tower/train/class_weights.h"
 #include "tower/train/learner.h"
 #include "tower/train/lr_schedule.h"
 #include "tower/train/train_hooks.h"
@@ -224,9 +226,13 @@ class Run {
     options.seed = config_.seed;
     options.program = config_.program;
     options.micro_batch = config_.micro_batch_size;
+    const TowerLoss loss{
+        .bn_momentum = config_.bn_momentum,
+        .target = {.label_smoothing = config_.label_smoothing,
+                   .class_weights = class_weights(config_.class_weights, *data_.train)}};
     std::unique_ptr<DataParallel> towers =
         build_towers(model_, pipeline_->image_shape(), plan_.batches.local,
-                     data_.train->num_classes, options, config_.bn_momentum);
+                     data_.train->num_classes, options, loss);
     if (config_.log_device_placement && chief_)
       for (int t = 0; t < towers->num_towers(); ++t)
         std::fputs(towers->program(t).placement_log().c_str(), stderr);
@@ -308,6 +314,17 @@ class Run {
     fmt::print("schedule: {} lr {:g}, {}{}\n", config_.optimizer.name, config_.lr, lr_schedule_,
                schedule_note_);
     if (!batch_norm_note_.empty()) fmt::print("{}\n", batch_norm_note_);
+    fmt::print("{}\n", class_counts_line(*data_.train, !config_.class_weights.empty()));
+    if (config_.label_smoothing > 0 || !config_.class_weights.empty())
+      fmt::print(
+          "loss: cross-entropy{}{}\n",
+          config_.label_smoothing > 0
+              ? fmt::format(", label smoothing {:g}", config_.label_smoothing)
+              : "",
+          config_.class_weights.empty()
+              ? ""
+              : fmt::format(", class weights {} ({:.4g})", config_.class_weights,
+                            fmt::join(class_weights(config_.class_weights, *data_.train), ", ")));
     std::fflush(stdout);
   }
 
@@ -412,8 +429,8 @@ class Run {
       const double precision = hooks_->last_eval_step() == step_
                                    ? hooks_->last_eval()  // --eval_every's, of this step
                                    : hooks_->evaluate(step_, *learner_);
-      std::printf("precision @ 1 = %.4f (%lld test examples, %s weights%s)\n", precision,
-                  static_cast<long long>(hooks_->eval_examples()),
+      std::printf("precision @ 1 = %.4f%s (%lld test examples, %s weights%s)\n", precision,
+                  hooks_->at_5().c_str(), static_cast<long long>(hooks_->eval_examples()),
                   learner_->averages() ? "moving-average" : "raw",
                   bn_statistics_ ? ", recomputed batch-norm statistics" : "");
     }
@@ -447,12 +464,14 @@ class Run {
 
 std::unique_ptr<DataParallel> build_towers(const ModelDef& model, const Shape& example_shape,
                                            int64_t batch, int num_classes,
-                                           const DataParallelOptions& options, float bn_momentum) {
-  TowerFn tower_fn = [&model, num_classes, bn_momentum](const Scope& scope, Value images,
-                                                        Value labels) {
+                                           const DataParallelOptions& options,
+                                           const TowerLoss& tower_loss) {
+  TowerFn tower_fn = [&model, num_classes, tower_loss](const Scope& scope, Value images,
+                                                       Value labels) {
     ModelOutputs out = model.build(scope, images, num_classes, Mode::train);
-    if (bn_momentum > 0) ops::set_moving_average_decay(out.updates, bn_momentum);
-    LossOutputs loss = classification_loss(scope, out.logits, labels);
+    if (tower_loss.bn_momentum > 0)
+      ops::set_moving_average_decay(out.updates, tower_loss.bn_momentum);
+    LossOutputs loss = classification_loss(scope, out.logits, labels, tower_loss.target);
     Value accuracy = ops::accuracy(scope, out.logits, labels);
     return TowerOutputs{loss.total_loss, {loss.cross_entropy, accuracy}, out.updates};
   };

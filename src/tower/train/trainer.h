@@ -54,6 +54,10 @@ struct TrainConfig {
   // The decay of every batch norm's moving averages (0: the model's own; PyTorch's momentum 0.1
   // is 0.9 here). Recorded in checkpoints.
   float bn_momentum = 0;
+  // The cross-entropy's target: label smoothing e in [0, 1) (the one-hot target times 1 - e plus
+  // e / K), and class weights ("", "balanced" or a JSON file: class_weights.h).
+  float label_smoothing = 0;
+  std::string class_weights;
   // Batch-norm statistics recomputed with the weights evaluated (batch_norm_statistics.h) for
   // evaluations and checkpoints: "on", "off", or "auto": when the run is too short for the moving
   // averages to settle.
@@ -107,11 +111,16 @@ DataOptions data_options(const TrainConfig& config);
 
 // A built-in model's towers: the stage of train() that `tower bench` reuses. Each tower fetches
 // its total loss, then the cross-entropy and the accuracy.
-// `bn_momentum` > 0 sets the decay of the model's moving averages.
+// What a run changes of a model's training graph: the decay of its moving averages (> 0) and the
+// cross-entropy's target.
+struct TowerLoss {
+  float bn_momentum = 0;
+  ops::SoftmaxCrossEntropyAttrs target;
+};
 std::unique_ptr<DataParallel> build_towers(const ModelDef& model, const Shape& example_shape,
                                            int64_t batch, int num_classes,
                                            const DataParallelOptions& options,
-                                           float bn_momentum = 0);
+                                           const TowerLoss& loss = {});
 
 struct TrainResult {
   int64_t steps = 0;    // the step reached

@@ -38,6 +38,19 @@ RowStats row_stats(const float* x, int64_t k) {
   return {m, sum};
 }
 
+// Label smoothing and class weights of a loss node (none: the plain one-hot target).
+struct Target {
+  double smoothing = 0;
+  const float* weights = nullptr;
+  explicit Target(const Node& node) {
+    if (const auto* a = std::any_cast<ops::SoftmaxCrossEntropyAttrs>(&node.attrs)) {
+      smoothing = a->label_smoothing;
+      if (!a->class_weights.empty()) weights = a->class_weights.data();
+    }
+  }
+  double weight(int32_t label) const { return weights ? weights[label] : 1.0; }
+};
+
 KernelRegistrar xent_kernel{
     "SparseSoftmaxCrossEntropyWithLogits", DeviceKind::cpu,
     simple_kernel([](const Node& node, const KernelIO& io) {
@@ -47,35 +60,56 @@ KernelRegistrar xent_kernel{
       const float* x = logits.data<float>();
       const int32_t* labels = io.inputs[1].data<int32_t>();
       float* loss = output<float>(io);
+      const Target target(node);
 #pragma omp parallel for schedule(static) if (n * k > kParallelMin)
       for (int64_t i = 0; i < n; ++i) {
         const float* row = x + i * k;
         RowStats st = row_stats(row, k);
         // logsumexp - x[label] = log(sum) - (x[label] - max): never forms max + log(sum).
-        loss[i] = static_cast<float>(std::log(st.sum_exp) - (row[labels[i]] - st.max));
+        if (target.smoothing == 0 && !target.weights) {
+          loss[i] = static_cast<float>(std::log(st.sum_exp) - (row[labels[i]] - st.max));
+          continue;
+        }
+        double mean = 0;  // of x - max over the row: the smoothed target's uniform part
+        for (int64_t j = 0; j < k; ++j) mean += row[j] - st.max;
+        mean /= static_cast<double>(k);
+        const double e = target.smoothing;
+        loss[i] = static_cast<float>(
+            target.weight(labels[i]) *
+            (std::log(st.sum_exp) - (1 - e) * (row[labels[i]] - st.max) - e * mean));
       }
     })};
 
-KernelRegistrar xent_grad_kernel{"SparseSoftmaxXentGrad", DeviceKind::cpu,
-                                 simple_kernel([](const Node& node, const KernelIO& io) {
-                                   const Tensor& logits = io.inputs[0];
-                                   int64_t n = logits.shape()[0], k = logits.shape()[1];
-                                   check_labels(node, io.inputs[1], k);
-                                   const float* x = logits.data<float>();
-                                   const int32_t* labels = io.inputs[1].data<int32_t>();
-                                   const float* dy = io.inputs[2].data<float>();
-                                   float* dx = output<float>(io);
+KernelRegistrar xent_grad_kernel{
+    "SparseSoftmaxXentGrad", DeviceKind::cpu,
+    simple_kernel([](const Node& node, const KernelIO& io) {
+      const Tensor& logits = io.inputs[0];
+      int64_t n = logits.shape()[0], k = logits.shape()[1];
+      check_labels(node, io.inputs[1], k);
+      const float* x = logits.data<float>();
+      const int32_t* labels = io.inputs[1].data<int32_t>();
+      const float* dy = io.inputs[2].data<float>();
+      float* dx = output<float>(io);
+      const Target target(node);
 #pragma omp parallel for schedule(static) if (n * k > kParallelMin)
-                                   for (int64_t i = 0; i < n; ++i) {
-                                     const float* row = x + i * k;
-                                     float* drow = dx + i * k;
-                                     RowStats st = row_stats(row, k);
-                                     float scale = static_cast<float>(dy[i] / st.sum_exp);
-                                     for (int64_t j = 0; j < k; ++j)
-                                       drow[j] = std::exp(row[j] - st.max) * scale;
-                                     drow[labels[i]] -= dy[i];
-                                   }
-                                 })};
+      for (int64_t i = 0; i < n; ++i) {
+        const float* row = x + i * k;
+        float* drow = dx + i * k;
+        RowStats st = row_stats(row, k);
+        if (target.smoothing == 0 && !target.weights) {
+          float scale = static_cast<float>(dy[i] / st.sum_exp);
+          for (int64_t j = 0; j < k; ++j) drow[j] = std::exp(row[j] - st.max) * scale;
+          drow[labels[i]] -= dy[i];
+          continue;
+        }
+        // w (softmax - target), target = (1 - e) one_hot + e / K.
+        const double g = dy[i] * target.weight(labels[i]), e = target.smoothing;
+        const double scale = g / st.sum_exp, uniform = g * e / static_cast<double>(k);
+        for (int64_t j = 0; j < k; ++j)
+          drow[j] = static_cast<float>(std::exp(row[j] - st.max) * scale - uniform);
+        drow[labels[i]] -= static_cast<float>(g * (1 - e));
+      }
+    })};
 
 KernelRegistrar softmax_kernel{"Softmax", DeviceKind::cpu,
                                simple_kernel([](const Node&, const KernelIO& io) {

@@ -34,9 +34,17 @@ KernelRegistrar softmax_grad{"SoftmaxGrad", DeviceKind::cuda,
                                                    k, s);
                              })};
 
+// Label smoothing and class weights have CPU kernels only so far: a GPU tower refuses them.
+void refuse_target_attrs(const Node& node) {
+  if (std::any_cast<ops::SoftmaxCrossEntropyAttrs>(&node.attrs) != nullptr)
+    fail("{} ({}): --label_smoothing and --class_weights run on CPU towers only so far", node.name,
+         node.op);
+}
+
 // (logits, labels) -> loss
 KernelRegistrar xent{"SparseSoftmaxCrossEntropyWithLogits", DeviceKind::cuda,
-                     stream_kernel([](const Node&, const KernelIO& io, cudaStream_t s) {
+                     stream_kernel([](const Node& node, const KernelIO& io, cudaStream_t s) {
+                       refuse_target_attrs(node);
                        const Shape& logits = io.inputs[0].shape();
                        launch_sparse_xent(io.inputs[0].data<float>(), io.inputs[1].data<int32_t>(),
                                           output_of(io), logits[0], logits[1], s);
@@ -44,7 +52,8 @@ KernelRegistrar xent{"SparseSoftmaxCrossEntropyWithLogits", DeviceKind::cuda,
 
 // (logits, labels, dy) -> dlogits
 KernelRegistrar xent_grad{"SparseSoftmaxXentGrad", DeviceKind::cuda,
-                          stream_kernel([](const Node&, const KernelIO& io, cudaStream_t s) {
+                          stream_kernel([](const Node& node, const KernelIO& io, cudaStream_t s) {
+                            refuse_target_attrs(node);
                             const Shape& logits = io.inputs[0].shape();
                             launch_sparse_xent_grad(
                                 io.inputs[0].data<float>(), io.inputs[1].data<int32_t>(),

@@ -6,6 +6,7 @@
 #include "tower/models/model.h"
 #include "tower/models/model_file.h"
 #include "tower/parallel/gradient_reducer.h"
+#include "tower/train/lr_find.h"
 #include "tower/train/lr_schedule.h"
 #include "tower/train/trainer.h"
 
@@ -63,7 +64,8 @@ std::string recipes_help() {
   return text;
 }
 
-void run_train(Flags& flags) {
+// The run's config: the model (or model file) with its recipe, then the flags.
+TrainConfig resolve(Flags& flags) {
   if (!flags.model_file.empty()) {
     if (flags.app->count("--model") > 0) fail("--model and --model_file exclude each other");
     flags.config.model = load_model_file(flags.model_file);
@@ -74,7 +76,11 @@ void run_train(Flags& flags) {
     fail("--batch_size (per tower) and --global_batch_size (per step) exclude each other");
   config.strategy = parse_strategy(flags.strategy);
   config.program = program_options(flags.program);
-  TrainResult result = train(config);
+  return config;
+}
+
+void run_train(Flags& flags) {
+  TrainResult result = train(resolve(flags));
   if (result.interrupted) exit_code() = 130;  // stopped by a signal, after its checkpoint
   if (world().rank() != 0) return;
   if (result.trained == 0)
@@ -234,6 +240,39 @@ CommandRegistrar registrar{
        add_recipe_flags(app, flags);
        add_run_flags(app, flags);
        app.callback([] { run_train(flags); });
+     }}};
+
+struct LrFindFlags {
+  Flags run;
+  LrFindConfig find;
+};
+
+void run_lr_find(LrFindFlags& flags) {
+  flags.find.train = resolve(flags.run);
+  const LrFindResult r = lr_find(flags.find);
+  fmt::print(
+      "{} steps: the smoothed loss fell fastest at lr {:.3g} and was lowest ({:.4f}) at lr "
+      "{:.3g}\nsuggested --lr {:.3g}{}\n",
+      r.lrs.size(), r.suggested_lr(), r.losses[r.lowest], r.lrs[r.lowest], r.suggested_lr(),
+      flags.find.plot.empty() ? "" : fmt::format(" (plot: {})", flags.find.plot));
+}
+
+CommandRegistrar lr_find_registrar{
+    {"lr-find", "Learning-rate range test: the loss against an exponentially growing lr",
+     [](CLI::App& app) {
+       static LrFindFlags flags;
+       flags.run.app = &app;
+       add_model_flags(app, flags.run);
+       add_placement_flags(app, flags.run);
+       add_recipe_flags(app, flags.run);
+       app.add_option("--start_lr", flags.find.start_lr, "First learning rate")
+           ->capture_default_str();
+       app.add_option("--end_lr", flags.find.end_lr, "Last learning rate")->capture_default_str();
+       app.add_option("--steps", flags.find.steps, "Steps (one batch each)")->capture_default_str();
+       flags.find.plot = "lr_find.png";
+       app.add_option("--plot", flags.find.plot, "Write the curve to this PNG")
+           ->capture_default_str();
+       app.callback([] { run_lr_find(flags); });
      }}};
 
 }  // namespace

@@ -246,9 +246,36 @@ TEST_F(SmallDataTest, LossTargetAndTopFive) {
   auto bad = run_tower(flags(dirs / "bad", 1, "--label_smoothing 1"));
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_TRUE(contains(bad.output, "--label_smoothing must be in [0, 1), got 1")) << bad.output;
-  auto unknown = run_tower("lr-find --help");
+  // An unknown sub-command is an error, --help or not.
+  auto unknown = run_tower("lr-fnd --help");
   EXPECT_EQ(unknown.exit_code, 2);
-  EXPECT_TRUE(contains(unknown.output, "unknown sub-command 'lr-find'")) << unknown.output;
+  EXPECT_TRUE(contains(unknown.output, "unknown sub-command 'lr-fnd': did you mean 'lr-find'?"))
+      << unknown.output;
+}
+
+// The range test writes its plot, and suggests a rate where the loss still falls: below the rate
+// of the lowest loss.
+TEST_F(SmallDataTest, LrFindSuggestsARateWhereTheLossFalls) {
+  TmpDir dirs;
+  auto run = run_tower("lr-find --model_file " + (*tmp_ / "small_bn.json") +
+                       " --data cifar10:" + (*tmp_ / "data") +
+                       " --num_devices 1 --batch_size 16 --steps 80 --plot " + (dirs / "lr.png"));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(contains(run.output, "lr-find: small_bn on cifar10:")) << run.output;
+  const size_t fastest = run.output.find("fell fastest at lr "),
+               lowest = run.output.find(") at lr ");
+  ASSERT_NE(fastest, std::string::npos) << run.output;
+  ASSERT_NE(lowest, std::string::npos) << run.output;
+  const double suggested = std::stod(run.output.substr(fastest + 19)),
+               at_lowest = std::stod(run.output.substr(lowest + 8));
+  EXPECT_GT(suggested, 1e-7);
+  EXPECT_LT(suggested, at_lowest) << run.output;
+  EXPECT_TRUE(contains(run.output, "suggested --lr ")) << run.output;
+  EXPECT_EQ(testing::read_file(dirs / "lr.png").substr(1, 3), "PNG");
+  auto bad = run_tower("lr-find --model_file " + (*tmp_ / "small_bn.json") +
+                       " --data cifar10:" + (*tmp_ / "data") + " --start_lr 1 --end_lr 0.1");
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_TRUE(contains(bad.output, "expected 0 < start < end")) << bad.output;
 }
 
 }  // namespace

@@ -278,5 +278,26 @@ TEST_F(SmallDataTest, LrFindSuggestsARateWhereTheLossFalls) {
   EXPECT_TRUE(contains(bad.output, "expected 0 < start < end")) << bad.output;
 }
 
+// A checkpoint of a model that another program registered (a user's program linking the
+// library) names that program when tower itself cannot build the model.
+TEST_F(SmallDataTest, EvalOfAnotherProgramsModelNamesTheProgram) {
+  TmpDir dirs;
+  auto run = run_tower(flags(dirs / "p", 2));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const std::string file = checkpoint_prefix(dirs / "p", 2) + ".json";
+  auto state = nlohmann::json::parse(testing::read_file(file));
+  EXPECT_EQ(state["program"], "tower");
+  state["run"]["model"] = "smallres";
+  state["run"].erase("model_file");
+  state["program"] = "my_trainer";
+  testing::write_file(file, state.dump());
+  auto eval = run_tower("eval --run_once --train_dir " + (dirs / "p"));
+  EXPECT_EQ(eval.exit_code, 1) << eval.output;
+  EXPECT_TRUE(contains(eval.output,
+                       "model 'smallres' was registered by the program that trained it, "
+                       "'my_trainer', not by this one ('tower'): run that program's eval"))
+      << eval.output;
+}
+
 }  // namespace
 }  // namespace tower

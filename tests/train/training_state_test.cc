@@ -26,6 +26,10 @@ TrainingState example() {
   s.classes = {"airplane", "automobile"};
   s.image_shape = Shape{3, 32, 32};
   s.run.model_file = R"({"name": "m"})";
+  s.run.bn_momentum = 0.9f;
+  s.program = "my_trainer";
+  s.progress = {
+      .best = 0.75, .best_step = 400, .since_best = 2, .plateau_wait = 1, .lr_reductions = 3};
   return s;
 }
 
@@ -52,6 +56,13 @@ TEST(TrainingStateTest, RoundTripsEveryField) {
   EXPECT_EQ(back.classes, s.classes);
   EXPECT_EQ(back.image_shape, s.image_shape);
   EXPECT_EQ(back.run.model_file, s.run.model_file);
+  EXPECT_FLOAT_EQ(back.run.bn_momentum, 0.9f);
+  EXPECT_EQ(back.program, "my_trainer");
+  EXPECT_EQ(back.progress.best, 0.75);
+  EXPECT_EQ(back.progress.best_step, 400);
+  EXPECT_EQ(back.progress.since_best, 2);
+  EXPECT_EQ(back.progress.plateau_wait, 1);
+  EXPECT_EQ(back.progress.lr_reductions, 3);
   EXPECT_EQ(training_state_to_json(back), json);
 }
 
@@ -81,7 +92,12 @@ TEST(TrainingStateTest, EveryMissingWrongOrOutOfRangeKeyIsNamedWithTheFile) {
            {"/classes", nlohmann::json::array({1}), "key 'classes' holds 1"},
            {"/image_shape", nlohmann::json::array({3, 32}), "key 'image_shape' has 2 values"},
            {"/image_shape", nlohmann::json::array({3, 0, 32}), "key 'image_shape' holds 0"},
-           {"/run/model_file", 5, "key 'run.model_file' is 5 (expected a string)"}}) {
+           {"/run/model_file", 5, "key 'run.model_file' is 5 (expected a string)"},
+           {"/run/bn_momentum", 1, "key 'run.bn_momentum' is 1 (expected a number in (0, 1))"},
+           {"/program", "", "key 'program' is empty"},
+           {"/progress/best", 2, "key 'progress.best' is 2 (expected a precision in [0, 1])"},
+           {"/progress/since_best", -1, "key 'progress.since_best' is -1"},
+           {"/progress/lr_reductions", nullptr, "key 'progress.lr_reductions' is missing"}}) {
     SCOPED_TRACE(c.pointer);
     nlohmann::json bad = good;
     const nlohmann::json::json_pointer p(c.pointer);
@@ -96,8 +112,10 @@ TEST(TrainingStateTest, EveryMissingWrongOrOutOfRangeKeyIsNamedWithTheFile) {
   // Checkpoints of older versions have no augmentation, classes, image shape or model file:
   // accepted, left empty.
   nlohmann::json old = good;
-  for (const char* key : {"augmentation", "classes", "image_shape"}) old.erase(key);
+  for (const char* key : {"augmentation", "classes", "image_shape", "program", "progress"})
+    old.erase(key);
   old["run"].erase("model_file");
+  old["run"].erase("bn_momentum");
   const TrainingState s = training_state_from_json(old, "f");
   EXPECT_EQ(s.augmentation, "");
   EXPECT_TRUE(s.classes.empty());

@@ -33,6 +33,7 @@ struct RunData {
   DatasetSpec spec;
   std::shared_ptr<const Dataset> train, test;
   InputTransforms transforms;
+  std::vector<float> class_weights;  // --class_weights, resolved on the training set
 };
 // Where a resumed run starts: the step, the position in the data, and (rank 0) the checkpoint.
 struct ResumePoint {
@@ -117,6 +118,7 @@ class Run {
     const Dataset& train = *data.train;
     data.transforms =
         input_transforms(config_.augmentation, model_.default_input, train.image_shape());
+    data.class_weights = class_weights(config_.class_weights, train);
     const std::string warning = check_model_fits_data(
         model_, transform_output_shape(data.transforms.train, train.image_shape()), train);
     if (chief_ && !warning.empty()) fmt::print(stderr, "warning: {}\n", warning);
@@ -226,10 +228,9 @@ class Run {
     options.seed = config_.seed;
     options.program = config_.program;
     options.micro_batch = config_.micro_batch_size;
-    const TowerLoss loss{
-        .bn_momentum = config_.bn_momentum,
-        .target = {.label_smoothing = config_.label_smoothing,
-                   .class_weights = class_weights(config_.class_weights, *data_.train)}};
+    const TowerLoss loss{.bn_momentum = config_.bn_momentum,
+                         .target = {.label_smoothing = config_.label_smoothing,
+                                    .class_weights = data_.class_weights}};
     std::unique_ptr<DataParallel> towers =
         build_towers(model_, pipeline_->image_shape(), plan_.batches.local,
                      data_.train->num_classes, options, loss);
@@ -316,15 +317,14 @@ class Run {
     if (!batch_norm_note_.empty()) fmt::print("{}\n", batch_norm_note_);
     fmt::print("{}\n", class_counts_line(*data_.train, !config_.class_weights.empty()));
     if (config_.label_smoothing > 0 || !config_.class_weights.empty())
-      fmt::print(
-          "loss: cross-entropy{}{}\n",
-          config_.label_smoothing > 0
-              ? fmt::format(", label smoothing {:g}", config_.label_smoothing)
-              : "",
-          config_.class_weights.empty()
-              ? ""
-              : fmt::format(", class weights {} ({:.4g})", config_.class_weights,
-                            fmt::join(class_weights(config_.class_weights, *data_.train), ", ")));
+      fmt::print("loss: cross-entropy{}{}\n",
+                 config_.label_smoothing > 0
+                     ? fmt::format(", label smoothing {:g}", config_.label_smoothing)
+                     : "",
+                 config_.class_weights.empty()
+                     ? ""
+                     : fmt::format(", class weights {} ({:.4g})", config_.class_weights,
+                                   fmt::join(data_.class_weights, ", ")));
     std::fflush(stdout);
   }
 

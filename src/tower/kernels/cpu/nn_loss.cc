@@ -38,76 +38,76 @@ RowStats row_stats(const float* x, int64_t k) {
   return {m, sum};
 }
 
-// Label smoothing and class weights of a loss node (none: the plain one-hot target).
-struct Target {
+// The rows of a loss node: its (N, K) logits, its labels (checked), and its target's label
+// smoothing and class weights (none: the plain one-hot target).
+struct LossRows {
+  int64_t n, k;
+  const float* x;
+  const int32_t* labels;
   double smoothing = 0;
   const float* weights = nullptr;
-  explicit Target(const Node& node) {
+  LossRows(const Node& node, const KernelIO& io)
+      : n(io.inputs[0].shape()[0]),
+        k(io.inputs[0].shape()[1]),
+        x(io.inputs[0].data<float>()),
+        labels(io.inputs[1].data<int32_t>()) {
+    check_labels(node, io.inputs[1], k);
     if (const auto* a = std::any_cast<ops::SoftmaxCrossEntropyAttrs>(&node.attrs)) {
       smoothing = a->label_smoothing;
       if (!a->class_weights.empty()) weights = a->class_weights.data();
     }
   }
-  double weight(int32_t label) const { return weights ? weights[label] : 1.0; }
+  bool one_hot() const { return smoothing == 0 && !weights; }
+  double weight(int64_t i) const { return weights ? weights[labels[i]] : 1.0; }
 };
 
 KernelRegistrar xent_kernel{
     "SparseSoftmaxCrossEntropyWithLogits", DeviceKind::cpu,
     simple_kernel([](const Node& node, const KernelIO& io) {
-      const Tensor& logits = io.inputs[0];
-      int64_t n = logits.shape()[0], k = logits.shape()[1];
-      check_labels(node, io.inputs[1], k);
-      const float* x = logits.data<float>();
-      const int32_t* labels = io.inputs[1].data<int32_t>();
+      const LossRows r(node, io);
       float* loss = output<float>(io);
-      const Target target(node);
-#pragma omp parallel for schedule(static) if (n * k > kParallelMin)
-      for (int64_t i = 0; i < n; ++i) {
-        const float* row = x + i * k;
-        RowStats st = row_stats(row, k);
+#pragma omp parallel for schedule(static) if (r.n * r.k > kParallelMin)
+      for (int64_t i = 0; i < r.n; ++i) {
+        const float* row = r.x + i * r.k;
+        RowStats st = row_stats(row, r.k);
         // logsumexp - x[label] = log(sum) - (x[label] - max): never forms max + log(sum).
-        if (target.smoothing == 0 && !target.weights) {
-          loss[i] = static_cast<float>(std::log(st.sum_exp) - (row[labels[i]] - st.max));
+        if (r.one_hot()) {
+          loss[i] = static_cast<float>(std::log(st.sum_exp) - (row[r.labels[i]] - st.max));
           continue;
         }
         double mean = 0;  // of x - max over the row: the smoothed target's uniform part
-        for (int64_t j = 0; j < k; ++j) mean += row[j] - st.max;
-        mean /= static_cast<double>(k);
-        const double e = target.smoothing;
-        loss[i] = static_cast<float>(
-            target.weight(labels[i]) *
-            (std::log(st.sum_exp) - (1 - e) * (row[labels[i]] - st.max) - e * mean));
+        for (int64_t j = 0; j < r.k; ++j) mean += row[j] - st.max;
+        mean /= static_cast<double>(r.k);
+        const double e = r.smoothing;
+        loss[i] =
+            static_cast<float>(r.weight(i) * (std::log(st.sum_exp) -
+                                              (1 - e) * (row[r.labels[i]] - st.max) - e * mean));
       }
     })};
 
 KernelRegistrar xent_grad_kernel{
     "SparseSoftmaxXentGrad", DeviceKind::cpu,
     simple_kernel([](const Node& node, const KernelIO& io) {
-      const Tensor& logits = io.inputs[0];
-      int64_t n = logits.shape()[0], k = logits.shape()[1];
-      check_labels(node, io.inputs[1], k);
-      const float* x = logits.data<float>();
-      const int32_t* labels = io.inputs[1].data<int32_t>();
+      const LossRows r(node, io);
       const float* dy = io.inputs[2].data<float>();
       float* dx = output<float>(io);
-      const Target target(node);
-#pragma omp parallel for schedule(static) if (n * k > kParallelMin)
-      for (int64_t i = 0; i < n; ++i) {
-        const float* row = x + i * k;
-        float* drow = dx + i * k;
-        RowStats st = row_stats(row, k);
-        if (target.smoothing == 0 && !target.weights) {
+#pragma omp parallel for schedule(static) if (r.n * r.k > kParallelMin)
+      for (int64_t i = 0; i < r.n; ++i) {
+        const float* row = r.x + i * r.k;
+        float* drow = dx + i * r.k;
+        RowStats st = row_stats(row, r.k);
+        if (r.one_hot()) {
           float scale = static_cast<float>(dy[i] / st.sum_exp);
-          for (int64_t j = 0; j < k; ++j) drow[j] = std::exp(row[j] - st.max) * scale;
-          drow[labels[i]] -= dy[i];
+          for (int64_t j = 0; j < r.k; ++j) drow[j] = std::exp(row[j] - st.max) * scale;
+          drow[r.labels[i]] -= dy[i];
           continue;
         }
         // w (softmax - target), target = (1 - e) one_hot + e / K.
-        const double g = dy[i] * target.weight(labels[i]), e = target.smoothing;
-        const double scale = g / st.sum_exp, uniform = g * e / static_cast<double>(k);
-        for (int64_t j = 0; j < k; ++j)
+        const double g = dy[i] * r.weight(i), e = r.smoothing;
+        const double scale = g / st.sum_exp, uniform = g * e / static_cast<double>(r.k);
+        for (int64_t j = 0; j < r.k; ++j)
           drow[j] = static_cast<float>(std::exp(row[j] - st.max) * scale - uniform);
-        drow[labels[i]] -= static_cast<float>(g * (1 - e));
+        drow[r.labels[i]] -= static_cast<float>(g * (1 - e));
       }
     })};
 

@@ -82,10 +82,15 @@ TEST_F(SmallDataTest, ShortRunsRecomputeBatchNormStatistics) {
 
   // With micro-batches, the recomputed statistics are the same bits on any layout (one thread
   // per tower, as the rest of the run: README).
-  const std::string micro = "--global_batch_size 16 --micro_batch_size 8";
-  auto one = run_tower(flags(dirs / "one", 6, micro + " --num_devices 1 --num_threads 1"));
+  auto micro = [&](const std::string& dir, const std::string& layout) {
+    return run_tower("train --model_file " + (*tmp_ / "small_bn.json") +
+                     " --data cifar10:" + (*tmp_ / "data") +
+                     " --global_batch_size 16 --micro_batch_size 8 --max_steps 6 --train_dir " +
+                     dir + " " + layout);
+  };
+  auto one = micro(dirs / "one", "--num_devices 1 --num_threads 1");
   ASSERT_EQ(one.exit_code, 0) << one.output;
-  auto two = run_tower(flags(dirs / "two", 6, micro + " --num_devices 2"));
+  auto two = micro(dirs / "two", "--num_devices 2");
   ASSERT_EQ(two.exit_code, 0) << two.output;
   const auto one_tensors = testing::checkpoint_tensors(dirs / "one", 6);
   EXPECT_TRUE(one_tensors.count("conv0/moving_mean/Recomputed"));

@@ -2,8 +2,11 @@
 // checkpoints (precise BN), --bn_momentum recorded, and a recipe's schedule fitted to the run.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <csignal>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "testing/checkpoints.h"
 #include "testing/files.h"
@@ -292,6 +295,39 @@ TEST_F(SmallDataTest, LrFindSuggestsARateWhereTheLossFalls) {
                        " --data cifar10:" + (*tmp_ / "data") + " --start_lr 1 --end_lr 0.1");
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_TRUE(contains(bad.output, "expected 0 < start < end")) << bad.output;
+}
+
+// A run killed with SIGKILL and resumed goes on counting from its last checkpoint: the same
+// plateau reductions, early stop and weights as the run that was never killed.
+TEST_F(SmallDataTest, PlateauAndEarlyStoppingSurviveASigkill) {
+  TmpDir dirs;
+  auto command = [&](const std::string& dir) {
+    return "train --model resnet20 --data cifar10:" + (*tmp_ / "data") +
+           " --num_devices 1 --batch_size 16 --max_steps 80 --save_every_steps 4 --eval_every 4 "
+           "--early_stopping 6 --lr_schedule plateau:patience=2,factor=0.5 --keep_best "
+           "--train_dir " +
+           dir;
+  };
+  auto straight = run_tower(command(dirs / "straight"));
+  ASSERT_EQ(straight.exit_code, 0) << straight.output;
+  pid_t pid = testing::spawn_tower(command(dirs / "killed"), dirs / "killed.log");
+  for (int i = 0; i < 3000 && checkpoint_list(dirs / "killed").size() < 3; ++i)  // up to a minute
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  kill(pid, SIGKILL);
+  ASSERT_EQ(testing::wait_exit_code(pid), 128 + SIGKILL) << "the run ended before it was killed";
+  auto resumed = run_tower(command(dirs / "killed"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_TRUE(contains(resumed.output, "resumed from")) << resumed.output;
+  const int64_t last = checkpoint_list(dirs / "straight").back();
+  ASSERT_EQ(checkpoint_list(dirs / "killed").back(), last);
+  EXPECT_EQ(testing::checkpoint_tensors(dirs / "straight", last),
+            testing::checkpoint_tensors(dirs / "killed", last));
+  auto progress = [&](const std::string& dir) {
+    return nlohmann::json::parse(
+        testing::read_file(checkpoint_prefix(dir, last) + ".json"))["progress"];
+  };
+  EXPECT_EQ(progress(dirs / "straight"), progress(dirs / "killed"));
+  EXPECT_GT(progress(dirs / "straight")["lr_reductions"].get<int64_t>(), 0) << straight.output;
 }
 
 // A checkpoint of a model that another program registered (a user's program linking the

@@ -188,10 +188,12 @@ TEST(CheckpointTest, CorruptTensorsFileIsAnErrorNamingIt) {
 TEST(CheckpointTest, CorruptStateFileIsAnErrorNamingIt) {
   TmpDir dir;
   save(dir, 10);
-  write_text(dir / "model.ckpt-10.json", "{\"step\": ");
-  std::string message = error_of([&] { checkpoint_load(dir / "model.ckpt-10"); });
-  EXPECT_NE(message.find(dir / "model.ckpt-10.json"), std::string::npos) << message;
-  EXPECT_NE(message.find("not valid JSON"), std::string::npos) << message;
+  for (const char* text : {"{\"step\": ", "{\"step\": 1e400}"}) {  // 1e400: past a double
+    write_text(dir / "model.ckpt-10.json", text);
+    std::string message = error_of([&] { checkpoint_load(dir / "model.ckpt-10"); });
+    EXPECT_NE(message.find(dir / "model.ckpt-10.json"), std::string::npos) << message;
+    EXPECT_NE(message.find("not valid JSON"), std::string::npos) << message;
+  }
 }
 
 TEST(CheckpointTest, MissingFilesAreErrorsNamingThem) {

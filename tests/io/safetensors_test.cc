@@ -147,6 +147,7 @@ TEST(SafetensorsTest, CorruptFilesAreClearErrors) {
       {"length_past_end", le64(1000) + "{}      ", "header length field says 1000"},
       {"length_huge", le64(~0ull) + "{}      ", "header length field says"},
       {"not_json", make_file("{\"w\": nope", data16), "not valid JSON"},
+      {"number_past_a_double", make_file("{\"w\": 1e400}", data16), "not valid JSON"},
       {"not_object", make_file("[1, 2]", ""), "not a JSON object"},
       {"unknown_dtype",
        make_file(R"({"w":{"dtype":"F16","shape":[8],"data_offsets":[0,16]}})", data16),

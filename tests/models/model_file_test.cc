@@ -82,6 +82,7 @@ TEST(ModelFileTest, EveryBadFileIsOneErrorNamingTheLayerAndTheKey) {
   const std::string logits = R"({"type": "dense", "name": "logits", "units": "num_classes"})";
   const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
       {"{", {"bad.json", "not valid JSON"}},
+      {R"({"name": "m", "input": [1, 8, 8e400], "layers": []})", {"bad.json", "not valid JSON"}},
       {"[]", {"bad.json", "the file must be a JSON object"}},
       {R"({"input": [1, 8, 8], "layers": [)" + logits + "]}", {"needs the key 'name'"}},
       {R"({"name": "m", "input": [8, 8], "layers": [)" + logits + "]}",

@@ -155,7 +155,7 @@ CheckpointData checkpoint_load(const std::string& prefix_or_file) {
   if (!in) fail("cannot open checkpoint state file '{}'", state_path);
   try {
     data.state = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // syntax, or a number past a double (1e400)
     fail("checkpoint state file '{}' is corrupt: not valid JSON ({})", state_path, e.what());
   }
 

@@ -242,7 +242,7 @@ SafetensorsFile safetensors_read(const std::string& path) {
   nlohmann::json header;
   try {
     header = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // syntax, or a number past a double
     fail("{}: the header is not valid JSON ({})", corrupt, e.what());
   }
   if (!header.is_object()) fail("{}: the header is not a JSON object", corrupt);

@@ -272,7 +272,7 @@ ModelDef parse_model_file(const std::string& text, const std::string& origin) {
   Json json;
   try {
     json = Json::parse(text);
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {  // a syntax error, or a number past a double (1e400)
     fail("{}: not valid JSON: {}", origin, e.what());
   }
   Keys top(json, origin, "the file");

@@ -82,6 +82,9 @@ TEST(ModelFileTest, EveryBadFileIsOneErrorNamingTheLayerAndTheKey) {
   const std::string logits = R"({"type": "dense", "name": "logits", "units": "num_classes"})";
   const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
       {"{", {"bad.json", "not valid JSON"}},
+      {head + R"({"type": "conv2d", "name": "c", "filters": 1099511627776}, )" + logits + "]}",
+       {"bad.json", "layer 0 (c): key 'filters' is 1099511627776",
+        "a whole number >= 1 and at most 1048576"}},
       {R"({"name": "m", "input": [1, 8, 8e400], "layers": []})", {"bad.json", "not valid JSON"}},
       {"[]", {"bad.json", "the file must be a JSON object"}},
       {R"({"input": [1, 8, 8], "layers": [)" + logits + "]}", {"needs the key 'name'"}},

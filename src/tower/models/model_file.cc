@@ -42,11 +42,14 @@ class Keys {
     if (!has(key)) fail("{}: {} needs the key '{}'", origin_, where_, key);
     return object_.at(key);
   }
+  // Every count of a model file (filters, units, sizes, strides, the batch) is at most kMaxWhole:
+  // one past it is a typo, which would otherwise surface as an allocation failure naming no key.
+  static constexpr int64_t kMaxWhole = int64_t{1} << 20;
   int64_t whole(const char* key, std::optional<int64_t> fallback, int64_t min = 1) const {
     if (!has(key) && fallback) return *fallback;
     const Json& v = get(key);
-    if (!v.is_number_integer() || v.get<int64_t>() < min)
-      bad(key, v, fmt::format("a whole number >= {}", min));
+    if (!v.is_number_integer() || v.get<int64_t>() < min || v.get<int64_t>() > kMaxWhole)
+      bad(key, v, fmt::format("a whole number >= {} and at most {}", min, kMaxWhole));
     return v.get<int64_t>();
   }
   enum class Upper { included, excluded };  // whether max itself is allowed

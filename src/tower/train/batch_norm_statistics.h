@@ -36,7 +36,8 @@ struct BatchNormStatisticsOptions {
 };
 
 // The model built for training on batches of `options.batch` examples of `data` after
-// `transform`. One thread computes, so the statistics have the same bits on any tower layout.
+// `transform` (a run passes its evaluation transform). One thread computes, so the statistics have
+// the same bits on any tower layout.
 class BatchNormStatistics {
  public:
   BatchNormStatistics(const ModelDef& model, std::shared_ptr<const Dataset> data,

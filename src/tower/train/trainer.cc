@@ -251,13 +251,16 @@ class Run {
   }
 
   // Rank 0, which evaluates and saves, decides whether the batch norms' statistics are recomputed
-  // (--precise_bn) and says what it chose.
+  // (--precise_bn) and says what it chose. They are taken of the training images as evaluation
+  // preprocesses them: normalized by them, the activations of evaluated images have the zero
+  // mean and unit variance the next layers trained on (with augmented statistics, padding and
+  // crops shift them).
   void plan_batch_norm() {
     if (!chief_ || config_.precise_bn == "off") return;
     const int64_t batch =
         config_.micro_batch_size > 0 ? config_.micro_batch_size : config_.batch_size;
     auto statistics = std::make_shared<BatchNormStatistics>(
-        model_, data_.train, data_.transforms.train,
+        model_, data_.train, data_.transforms.eval,
         BatchNormStatisticsOptions{.batch = std::min(batch, data_.train->size()),
                                    .seed = config_.seed,
                                    .momentum = config_.bn_momentum,

@@ -21,6 +21,27 @@ using testing::contains;
 using testing::run_tower;
 using testing::TmpDir;
 
+// The state file of checkpoint `step` in `dir`.
+nlohmann::json state_of(const std::string& dir, int64_t step) {
+  return nlohmann::json::parse(testing::read_file(checkpoint_prefix(dir, step) + ".json"));
+}
+
+// A run refused with exit code 1 and a line holding `message`.
+void expect_refused(const testing::CommandResult& r, const std::string& message) {
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, message)) << r.output;
+}
+
+// Two runs that end on the same checkpoint: the same step, every tensor and the evaluations'
+// progress bitwise. Returns that progress.
+nlohmann::json expect_same_end(const std::string& a, const std::string& b) {
+  const int64_t last = checkpoint_list(a).back();
+  EXPECT_EQ(checkpoint_list(b).back(), last);
+  EXPECT_EQ(testing::checkpoint_tensors(a, last), testing::checkpoint_tensors(b, last));
+  EXPECT_EQ(state_of(a, last)["progress"], state_of(b, last)["progress"]);
+  return state_of(a, last)["progress"];
+}
+
 constexpr const char* kModel = R"({
   "name": "small_bn", "input": [3, 32, 32],
   "layers": [
@@ -117,19 +138,15 @@ TEST_F(SmallDataTest, BatchNormMomentumIsAFlagOfTheRun) {
                        "batch norm: momentum 0.9 (--bn_momentum): moving averages (they settle "
                        "in 44 steps, this run has 50)"))
       << run.output;
-  const auto state =
-      nlohmann::json::parse(testing::read_file(checkpoint_prefix(dirs / "m", 50) + ".json"));
+  const auto state = state_of(dirs / "m", 50);
   EXPECT_FLOAT_EQ(state["run"]["bn_momentum"].get<float>(), 0.9f);
   EXPECT_FALSE(testing::checkpoint_tensors(dirs / "m", 50).count("conv0/moving_mean/Recomputed"));
   auto other = run_tower(flags(dirs / "m", 60, "--bn_momentum 0.5 --allow_schedule_change"));
-  EXPECT_EQ(other.exit_code, 1) << other.output;
-  EXPECT_TRUE(contains(other.output, "bn_momentum")) << other.output;
-  auto bad = run_tower(flags(dirs / "bad", 1, "--bn_momentum 1"));
-  EXPECT_EQ(bad.exit_code, 1);
-  EXPECT_TRUE(contains(bad.output, "--bn_momentum must be in (0, 1)")) << bad.output;
-  auto precise = run_tower(flags(dirs / "bad", 1, "--precise_bn sometimes"));
-  EXPECT_EQ(precise.exit_code, 1);
-  EXPECT_TRUE(contains(precise.output, "--precise_bn must be auto, on or off")) << precise.output;
+  expect_refused(other, "bn_momentum");
+  expect_refused(run_tower(flags(dirs / "bad", 1, "--bn_momentum 1")),
+                 "--bn_momentum must be in (0, 1)");
+  expect_refused(run_tower(flags(dirs / "bad", 1, "--precise_bn sometimes")),
+                 "--precise_bn must be auto, on or off");
 }
 
 // ResNet-20's recipe (x0.1 at epochs 82 and 123 of 164) run for 8 epochs decays at 4 and 6, and
@@ -185,18 +202,15 @@ TEST_F(SmallDataTest, PlateauAndEarlyStoppingCountEvaluationsWithoutProgress) {
   EXPECT_FALSE(contains(run.output, "step 6,")) << run.output;
   // The best (step 1) stays beside the last (step 5) with --keep_checkpoints 1.
   EXPECT_EQ(checkpoint_list(dirs / "still"), (std::vector<int64_t>{1, 5}));
-  const auto state =
-      nlohmann::json::parse(testing::read_file(checkpoint_prefix(dirs / "still", 5) + ".json"));
+  const auto state = state_of(dirs / "still", 5);
   EXPECT_EQ(state["progress"]["best_step"], 1);
   EXPECT_EQ(state["progress"]["since_best"], 4);
   EXPECT_EQ(state["progress"]["lr_reductions"], 2);
 
-  auto needs_eval = run_tower(flags(dirs / "x", 5, "--keep_best"));
-  EXPECT_EQ(needs_eval.exit_code, 1);
-  EXPECT_TRUE(contains(needs_eval.output, "--keep_best needs --eval_every N")) << needs_eval.output;
-  auto bad = run_tower(flags(dirs / "x", 5, "--eval_every 1 --lr_schedule plateau:factor=2"));
-  EXPECT_EQ(bad.exit_code, 1);
-  EXPECT_TRUE(contains(bad.output, "plateau needs patience=")) << bad.output;
+  expect_refused(run_tower(flags(dirs / "x", 5, "--keep_best")),
+                 "--keep_best needs --eval_every N");
+  expect_refused(run_tower(flags(dirs / "x", 5, "--eval_every 1 --lr_schedule plateau:factor=2")),
+                 "plateau needs patience=");
 }
 
 // A run stopped and resumed goes on counting: the same plateau reductions, the same early stop
@@ -212,15 +226,7 @@ TEST_F(SmallDataTest, PlateauAndEarlyStoppingResumeBitwise) {
   ASSERT_EQ(first.exit_code, 0) << first.output;
   auto second = run_tower(flags(dirs / "resumed", 80, more));
   ASSERT_EQ(second.exit_code, 0) << second.output;
-  const int64_t last = checkpoint_list(dirs / "straight").back();
-  ASSERT_EQ(checkpoint_list(dirs / "resumed").back(), last);
-  EXPECT_EQ(testing::checkpoint_tensors(dirs / "straight", last),
-            testing::checkpoint_tensors(dirs / "resumed", last));
-  auto progress = [&](const std::string& dir) {
-    return nlohmann::json::parse(
-        testing::read_file(checkpoint_prefix(dir, last) + ".json"))["progress"];
-  };
-  EXPECT_EQ(progress(dirs / "straight"), progress(dirs / "resumed"));
+  expect_same_end(dirs / "straight", dirs / "resumed");
 }
 
 // Label smoothing and class weights are said at the start; eval's precision @ 5 (more than 5
@@ -262,9 +268,8 @@ TEST_F(SmallDataTest, LossTargetAndTopFive) {
   }
   EXPECT_NEAR(reported, static_cast<double>(in_top5) / static_cast<double>(examples), 5e-5);
 
-  auto bad = run_tower(flags(dirs / "bad", 1, "--label_smoothing 1"));
-  EXPECT_EQ(bad.exit_code, 1);
-  EXPECT_TRUE(contains(bad.output, "--label_smoothing must be in [0, 1), got 1")) << bad.output;
+  expect_refused(run_tower(flags(dirs / "bad", 1, "--label_smoothing 1")),
+                 "--label_smoothing must be in [0, 1), got 1");
   // An unknown sub-command is an error, --help or not.
   auto unknown = run_tower("lr-fnd --help");
   EXPECT_EQ(unknown.exit_code, 2);
@@ -291,10 +296,9 @@ TEST_F(SmallDataTest, LrFindSuggestsARateWhereTheLossFalls) {
   EXPECT_LT(suggested, at_lowest) << run.output;
   EXPECT_TRUE(contains(run.output, "suggested --lr ")) << run.output;
   EXPECT_EQ(testing::read_file(dirs / "lr.png").substr(1, 3), "PNG");
-  auto bad = run_tower("lr-find --model_file " + (*tmp_ / "small_bn.json") +
-                       " --data cifar10:" + (*tmp_ / "data") + " --start_lr 1 --end_lr 0.1");
-  EXPECT_EQ(bad.exit_code, 1);
-  EXPECT_TRUE(contains(bad.output, "expected 0 < start < end")) << bad.output;
+  expect_refused(run_tower("lr-find --model_file " + (*tmp_ / "small_bn.json") +
+                           " --data cifar10:" + (*tmp_ / "data") + " --start_lr 1 --end_lr 0.1"),
+                 "expected 0 < start < end");
 }
 
 // A run killed with SIGKILL and resumed goes on counting from its last checkpoint: the same
@@ -318,16 +322,8 @@ TEST_F(SmallDataTest, PlateauAndEarlyStoppingSurviveASigkill) {
   auto resumed = run_tower(command(dirs / "killed"));
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_TRUE(contains(resumed.output, "resumed from")) << resumed.output;
-  const int64_t last = checkpoint_list(dirs / "straight").back();
-  ASSERT_EQ(checkpoint_list(dirs / "killed").back(), last);
-  EXPECT_EQ(testing::checkpoint_tensors(dirs / "straight", last),
-            testing::checkpoint_tensors(dirs / "killed", last));
-  auto progress = [&](const std::string& dir) {
-    return nlohmann::json::parse(
-        testing::read_file(checkpoint_prefix(dir, last) + ".json"))["progress"];
-  };
-  EXPECT_EQ(progress(dirs / "straight"), progress(dirs / "killed"));
-  EXPECT_GT(progress(dirs / "straight")["lr_reductions"].get<int64_t>(), 0) << straight.output;
+  const nlohmann::json progress = expect_same_end(dirs / "straight", dirs / "killed");
+  EXPECT_GT(progress["lr_reductions"].get<int64_t>(), 0) << straight.output;
 }
 
 // A checkpoint of a model that another program registered (a user's program linking the
@@ -344,11 +340,9 @@ TEST_F(SmallDataTest, EvalOfAnotherProgramsModelNamesTheProgram) {
   state["program"] = "my_trainer";
   testing::write_file(file, state.dump());
   auto eval = run_tower("eval --run_once --train_dir " + (dirs / "p"));
-  EXPECT_EQ(eval.exit_code, 1) << eval.output;
-  EXPECT_TRUE(contains(eval.output,
-                       "model 'smallres' was registered by the program that trained it, "
-                       "'my_trainer', not by this one ('tower'): run that program's eval"))
-      << eval.output;
+  expect_refused(eval,
+                 "model 'smallres' was registered by the program that trained it, "
+                 "'my_trainer', not by this one ('tower'): run that program's eval");
 }
 
 }  // namespace

@@ -241,6 +241,46 @@ TEST(ModelsTest, ContendedModeRepeatsItsBitsOnResnet20Inference) {
             resnet20_inference(ProgramOptions::Contention::on));
 }
 
+// A program of 1, 2 or 3 threads computes the same bits (kernels/cpu/chunks.h: the batch's cut
+// is fixed by the shapes, never by the team): the loss and every weight gradient, in both
+// precisions, at batches of 64 and 16 (micro-batches), and for lenet an odd batch and one that
+// cuts into chunks of 3 rows.
+void expect_threads_keep_the_bits(const std::string& model, const Shape& example, int64_t n) {
+  for (Precision precision : {Precision::fp32, Precision::bf16}) {
+    if (precision == Precision::bf16 && !testing::cpu_has_bf16()) continue;
+    TrainingGraph t(model, example, n, 10, 3);
+    const Problem p = separable(example, n, 4);
+    std::vector<std::vector<float>> results[3];
+    for (int threads = 1; threads <= 3; ++threads) {
+      ProgramOptions options{Device{}, threads};
+      options.precision = precision;
+      options.contention = ProgramOptions::Contention::off;
+      ProgramStats stats;
+      results[threads - 1] = run_steps(t, p, options, 2, stats);
+    }
+    auto trainable = t.graph.trainable_variables();
+    for (int k = 1; k < 3; ++k)
+      for (size_t i = 0; i < results[0].size(); ++i)
+        EXPECT_EQ(results[0][i], results[k][i])
+            << model << " n=" << n << " bf16=" << (precision == Precision::bf16) << " threads "
+            << k + 1 << " fetch " << i << " " << (i ? trainable[i - 1].name : "loss");
+  }
+}
+TEST(ModelsTest, ThreadsKeepTheBitsOfLenet) {
+  expect_threads_keep_the_bits("lenet", Shape{1, 28, 28}, 64);
+  expect_threads_keep_the_bits("lenet", Shape{1, 28, 28}, 16);
+  expect_threads_keep_the_bits("lenet", Shape{1, 28, 28}, 5);
+  expect_threads_keep_the_bits("lenet", Shape{1, 28, 28}, 6);
+}
+TEST(ModelsTest, ThreadsKeepTheBitsOfCifar10) {
+  expect_threads_keep_the_bits("cifar10", Shape{3, 24, 24}, 64);
+  expect_threads_keep_the_bits("cifar10", Shape{3, 24, 24}, 16);
+}
+TEST(ModelsTest, ThreadsKeepTheBitsOfResnet20) {
+  expect_threads_keep_the_bits("resnet20", Shape{3, 32, 32}, 64);
+  expect_threads_keep_the_bits("resnet20", Shape{3, 32, 32}, 16);
+}
+
 // One step of a training graph compiled with and without layout propagation: the fetches and
 // the layout conversions per step of each.
 struct LayoutRuns {

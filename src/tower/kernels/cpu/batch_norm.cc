@@ -1,10 +1,12 @@
 // FusedBatchNorm and its gradient on oneDNN batch_normalization (separate scale and shift), built
 // once with a user scratchpad, in the layout x comes in (plain nchw / nc, or a convolution's
-// blocked one); the per-channel tensors are plain. In training, on a convolution's layout, the
+// blocked one); the per-channel tensors are plain. What sums over the batch runs on one thread
+// (bn_threads). In training, on a convolution's layout, the
 // loops over channel groups of batch_norm_groups.cc run instead (they split into tasks).
 // AssignMovingAverage is a plain loop.
 #include "tower/ops/batch_norm.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "tower/kernels/cpu/batch_norm.h"
@@ -27,6 +29,13 @@ flags bn_flags(const Node& node) {
   return inference(node) ? f | flags::use_global_stats : f;
 }
 
+// The team a kernel of `node` runs on: one thread where it sums over the batch (training's
+// statistics and every gradient), since oneDNN cuts those sums by the threads the primitive was
+// built for; the bits then do not depend on the team. Inference only normalizes.
+int bn_threads(const Node& node, const KernelContext& context) {
+  return inference(node) && node.op != "FusedBatchNormGrad" ? std::max(context.num_threads, 1) : 1;
+}
+
 dnnl::batch_normalization_forward::primitive_desc forward_pd(const Node& node, const Shape& x,
                                                              const Layout& x_layout, prop kind,
                                                              bool relu = false) {
@@ -45,12 +54,15 @@ class FusedBatchNormKernel : public Kernel {
  public:
   FusedBatchNormKernel(const Node& node, const KernelContext& context, bool relu)
       : node_(node),
-        team_(context.num_threads),
+        team_(bn_threads(node, context)),
+        program_team_(context.num_threads),
         inference_(inference(node)),
-        x_layout_(context.input_layout(0)),
-        bn_pd_(forward_pd(node, node.inputs[0].shape(), x_layout_,
-                          inference_ ? prop::forward_inference : prop::forward_training, relu)),
-        bn_prim_(bn_pd_) {}
+        x_layout_(context.input_layout(0)) {
+    KernelThreadsScope threads(team_);
+    bn_pd_ = forward_pd(node, node.inputs[0].shape(), x_layout_,
+                        inference_ ? prop::forward_inference : prop::forward_training, relu);
+    bn_prim_ = dnnl::batch_normalization_forward(bn_pd_);
+  }
 
   size_t scratch_bytes() const override {
     return align64(bn_pd_.scratchpad_desc().get_size()) + bn_pd_.workspace_desc().get_size();
@@ -76,10 +88,14 @@ class FusedBatchNormKernel : public Kernel {
           static_cast<char*>(io.scratch) + align64(bn_pd_.scratchpad_desc().get_size()));
   }
 
-  // oneDNN splits the statistics over the team it was built for.
-  Tasks tasks() const override { return team_ > 1 ? Tasks::team() : Tasks::one(); }
+  // Never a task of contended mode on a team: oneDNN's primitive synchronizes with an OpenMP
+  // barrier, which, run on one thread inside the team's region, would wait for the whole team.
+  Tasks tasks() const override { return program_team_ > 1 ? Tasks::team() : Tasks::one(); }
   void run(const KernelIO& io) override {
-    execute(node_, bn_prim_, args_);
+    {
+      KernelThreadsScope threads(team_);
+      execute(node_, bn_prim_, args_);
+    }
     if (inference_) {  // the statistics used, for FusedBatchNormGrad
       std::memcpy(io.outputs[1].raw_data(), io.inputs[3].raw_data(), io.inputs[3].nbytes());
       std::memcpy(io.outputs[2].raw_data(), io.inputs[4].raw_data(), io.inputs[4].nbytes());
@@ -88,7 +104,8 @@ class FusedBatchNormKernel : public Kernel {
 
  private:
   const Node& node_;
-  int team_;
+  int team_;          // the primitive's threads (bn_threads)
+  int program_team_;  // KernelContext::num_threads
   bool inference_;
   Layout x_layout_;
   dnnl::batch_normalization_forward::primitive_desc bn_pd_;
@@ -101,7 +118,11 @@ class FusedBatchNormGradKernel : public Kernel {
  public:
   // dy and dx in x's layout.
   FusedBatchNormGradKernel(const Node& node, const KernelContext& context)
-      : node_(node), team_(context.num_threads), x_layout_(context.input_layout(1)) {
+      : node_(node),
+        team_(bn_threads(node, context)),
+        program_team_(context.num_threads),
+        x_layout_(context.input_layout(1)) {
+    KernelThreadsScope threads(team_);
     const Shape& x = node.inputs[1].shape();
     auto hint_pd = forward_pd(node, x, x_layout_, prop::forward_training);
     bn_pd_ = build(node, [&] {
@@ -132,12 +153,17 @@ class FusedBatchNormGradKernel : public Kernel {
     add_scratchpad(args_, bn_pd_.scratchpad_desc(), io.scratch);
   }
 
-  Tasks tasks() const override { return team_ > 1 ? Tasks::team() : Tasks::one(); }
-  void run(const KernelIO&) override { execute(node_, bn_prim_, args_); }
+  // (never a task of contended mode: FusedBatchNormKernel::tasks)
+  Tasks tasks() const override { return program_team_ > 1 ? Tasks::team() : Tasks::one(); }
+  void run(const KernelIO&) override {
+    KernelThreadsScope threads(team_);
+    execute(node_, bn_prim_, args_);
+  }
 
  private:
   const Node& node_;
-  int team_;
+  int team_;          // the primitive's threads (bn_threads)
+  int program_team_;  // KernelContext::num_threads
   Layout x_layout_;
   dnnl::batch_normalization_backward::primitive_desc bn_pd_;
   dnnl::batch_normalization_backward bn_prim_;

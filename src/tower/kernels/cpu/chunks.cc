@@ -12,19 +12,20 @@ namespace {
 
 using dnnl::memory;
 
-// A primitive run either once by the whole team or, with batch chunks, once per chunk of rows on
-// one thread each, the sum outputs of chunks 1... then added in chunk order.
+// A primitive run either once (built for the team or for one thread) or, with batch chunks, once
+// per chunk of rows on one thread each, the sum outputs of chunks 1... then added in chunk order.
 class ChunkedKernel : public Kernel {
  public:
   // `node` must outlive the kernel (the graph does). The arguments list the inputs first.
-  ChunkedKernel(const Node& node, Built built, int chunks, int team, int members)
+  ChunkedKernel(const Node& node, Built built, int chunks, int team, int members, bool one_thread)
       : node_(node),
         prim_(std::move(built.prim)),
         scratchpad_md_(built.scratchpad_md),
         args_(std::move(built.args)),
         chunks_(chunks),
         slots_(chunks > 1 ? members : 1),
-        team_(team) {
+        team_(team),
+        one_thread_(one_thread) {
     for (const Value& in : node.inputs) has_empty_input_ |= in.shape().numel() == 0;
   }
 
@@ -75,7 +76,8 @@ class ChunkedKernel : public Kernel {
   // A chunk per task; a primitive built for a team needs it.
   Tasks tasks() const override {
     if (has_empty_input_) return Tasks::one();
-    return chunks_ > 1 ? Tasks::split(chunks_) : (team_ > 1 ? Tasks::team() : Tasks::one());
+    if (chunks_ > 1) return Tasks::split(chunks_);
+    return team_ > 1 && !one_thread_ ? Tasks::team() : Tasks::one();
   }
   void run_task(const KernelIO& io, int task, int member) override {
     if (chunks_ == 1 || has_empty_input_) return run(io);
@@ -95,6 +97,8 @@ class ChunkedKernel : public Kernel {
       return;
     }
     if (chunks_ == 1) {
+      // (a one-thread primitive on one thread, whatever team runs it: oneDNN's gemm asks OpenMP)
+      KernelThreadsScope threads(one_thread_ ? 1 : kernel_threads());
       execute(node_, prim_, chunk_args_[0]);
       return;
     }
@@ -147,8 +151,9 @@ class ChunkedKernel : public Kernel {
   memory::desc scratchpad_md_;
   std::vector<Arg> args_;
   int chunks_;
-  int slots_;  // with chunks: KernelContext::members, each with its scratchpad and arguments
-  int team_;   // the program's
+  int slots_;        // with chunks: KernelContext::members, each with its scratchpad and arguments
+  int team_;         // the program's
+  bool one_thread_;  // the primitive was built for one thread (else for the team)
   bool has_empty_input_ = false;
   std::vector<std::unordered_map<int, memory>> chunk_args_;
   std::vector<SumOutput> sums_;
@@ -189,31 +194,36 @@ Shape with_rows(const Shape& shape, int64_t rows) {
 }
 
 namespace {
-int chunks_for(int64_t batch, int threads, int64_t min_rows) {
-  if (threads < 2) return 1;
+
+// The most chunks (16, 8, 4 or 2) that divide `batch` into chunks of `min_rows` rows or more; 1
+// where none does.
+int chunks_of(int64_t batch, int64_t min_rows) {
   for (int chunks : {16, 8, 4, 2})
     if (batch % chunks == 0 && batch / chunks >= min_rows) return chunks;
   return 1;
 }
+
 }  // namespace
 
 std::unique_ptr<Kernel> chunked(const Node& node, const KernelContext& context, int64_t batch,
-                                const BuildFn& build, int64_t min_rows) {
+                                const BuildFn& build, Cut cut, int64_t min_rows) {
   const int team = std::max(context.num_threads, 1);
   const int members = std::max(context.members, team);
-  // Rows enough for the team to split them, whatever min_rows asks (a whole-batch primitive on a
-  // team would keep the program out of contended mode).
-  min_rows = std::min(min_rows, std::max<int64_t>(16, batch / team));
-  if (const int chunks = chunks_for(batch, members, min_rows); chunks > 1) {
-    KernelThreadsScope one_thread(1);
+  // Two chunks at least where the batch divides (a team of two shares them); nothing of the team.
+  const int chunks = chunks_of(batch, std::min(min_rows, std::max<int64_t>(batch / 2, 1)));
+  // A chunk, and a sum, run on one thread: oneDNN's primitives cut their work (a gemm even its
+  // sums) by the threads they were built for.
+  const bool one_thread = chunks > 1 || cut == Cut::sums || team == 1;
+  KernelThreadsScope threads(one_thread ? 1 : team);
+  if (chunks > 1) {
     Built built = build(batch / chunks);
     bool contiguous = true;
     for (const Arg& arg : built.args)
       contiguous &= arg.role != Role::rows || with_batch(arg.declared_md(), batch).has_value();
     if (contiguous)
-      return std::make_unique<ChunkedKernel>(node, std::move(built), chunks, team, members);
+      return std::make_unique<ChunkedKernel>(node, std::move(built), chunks, team, members, true);
   }
-  return std::make_unique<ChunkedKernel>(node, build(batch), 1, team, members);
+  return std::make_unique<ChunkedKernel>(node, build(batch), 1, team, members, one_thread);
 }
 
 }  // namespace tower::cpu

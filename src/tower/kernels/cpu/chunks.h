@@ -52,13 +52,19 @@ Shape with_rows(const Shape& shape, int64_t rows);
 // the largest stride), so that chunks of rows lie one after another; nullopt otherwise.
 std::optional<dnnl::memory::desc> with_batch(const dnnl::memory::desc& md, int64_t batch);
 
-// The kernel of `build(rows)` (a primitive for `rows` of the batch): in chunks of at least
-// `min_rows` rows (smaller ones lose speed in bf16; a matmul's gemm wants more), or fewer where the
-// team would otherwise get one chunk, but 16 at least, and at most 16 chunks, when several threads
-// may run them (KernelContext::members) and every `rows` argument's layout allows; else one
-// primitive of the whole batch on the team.
+// A kernel's batch is cut into chunks fixed by the batch and `min_rows` alone, never by the
+// team: each chunk is a one-thread primitive, which one thread runs in turn or a team shares, and
+// a sum output (a weight gradient) adds the chunks' sums in chunk order. So the bits are the same
+// on any number of threads. Where the batch gives one chunk (an odd batch) or a `rows` argument's
+// layout allows none, one primitive of the whole batch runs: on one thread where it sums over the
+// batch (Cut::sums), else on the team (Cut::rows; its bits may then depend on the team's size).
+enum class Cut { rows, sums };
+
+// The kernel of `build(rows)` (a primitive for `rows` of the batch), in the most chunks (up to
+// 16) of at least `min_rows` rows (smaller ones lose speed in bf16; a matmul's gemm wants more),
+// or of half the batch where that is fewer.
 using BuildFn = std::function<Built(int64_t rows)>;
 std::unique_ptr<Kernel> chunked(const Node& node, const KernelContext& context, int64_t batch,
-                                const BuildFn& build, int64_t min_rows = 16);
+                                const BuildFn& build, Cut cut, int64_t min_rows = 16);
 
 }  // namespace tower::cpu

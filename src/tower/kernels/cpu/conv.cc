@@ -354,7 +354,7 @@ std::unique_ptr<Kernel> make_conv2d_with(const Node& node, const KernelContext& 
         args.push_back(output_arg(DNNL_ARG_DST, y, pd.dst_desc(), Role::rows));
         return Built{dnnl::convolution_forward(pd), pd.scratchpad_desc(), std::move(args)};
       },
-      chunk_rows(y));
+      Cut::rows, chunk_rows(y));
 }
 
 namespace {
@@ -394,7 +394,7 @@ KernelRegistrar conv2d_backprop_input_kernel{
                              input_arg(DNNL_ARG_DIFF_DST, 1, dy, pd.diff_dst_desc(), Role::rows),
                              output_arg(DNNL_ARG_DIFF_SRC, x, pd.diff_src_desc(), Role::rows)}};
           },
-          chunk_rows(x));
+          Cut::rows, chunk_rows(x));
     }};
 
 // inputs (x, dy) -> dw; and Conv2DBackpropFilter+BiasAddGrad (the runtime's fusion of the two
@@ -411,30 +411,33 @@ std::unique_ptr<Kernel> make_conv2d_backprop_filter(const Node& node,
   if (auto kernel = make_filter_grad_as_forward(node, context, kBias)) return kernel;
   if (auto kernel = make_small_filter_grad(node, context, kBias)) return kernel;
   if (auto kernel = make_winograd_filter_grad(node, context, kBias)) return kernel;
-  return chunked(node, context, x[0], [&](int64_t rows) {
-    const Shape xr = with_rows(x, rows), dyr = with_rows(dy, rows);
-    auto pd = build(node, [&] {
-      ConvGeometry g = geometry(x, w, a.conv);
-      return with_algorithm(conv_algorithm(x, w, a.conv, type), [&](dnnl::algorithm alg) {
-        auto desc = kBias ? dnnl::convolution_backward_weights::desc(
-                                alg, any_md(xr, type), any_md(w), plain_md(db), any_md(dyr, type),
-                                g.strides, g.padding_l, g.padding_r)
-                          : dnnl::convolution_backward_weights::desc(
-                                alg, any_md(xr, type), any_md(w), any_md(dyr, type), g.strides,
-                                g.padding_l, g.padding_r);
-        return dnnl::convolution_backward_weights::primitive_desc(
-            desc, user_scratchpad(), engine(),
-            forward_pd(xr, w, dyr, a.conv, type, kBias ? w[0] : 0));
-      });
-    });
-    std::vector<Arg> args = {
-        input_arg(DNNL_ARG_SRC, 0, x, pd.src_desc(), Role::rows),
-        input_arg(DNNL_ARG_DIFF_DST, 1, dy, pd.diff_dst_desc(), Role::rows),
-        output_arg(DNNL_ARG_DIFF_WEIGHTS, w, pd.diff_weights_desc(), Role::sum)};
-    if (kBias)
-      args.push_back(output_arg(DNNL_ARG_DIFF_BIAS, db, pd.diff_bias_desc(), Role::sum, 1));
-    return Built{dnnl::convolution_backward_weights(pd), pd.scratchpad_desc(), std::move(args)};
-  });
+  return chunked(
+      node, context, x[0],
+      [&](int64_t rows) {
+        const Shape xr = with_rows(x, rows), dyr = with_rows(dy, rows);
+        auto pd = build(node, [&] {
+          ConvGeometry g = geometry(x, w, a.conv);
+          return with_algorithm(conv_algorithm(x, w, a.conv, type), [&](dnnl::algorithm alg) {
+            auto desc = kBias ? dnnl::convolution_backward_weights::desc(
+                                    alg, any_md(xr, type), any_md(w), plain_md(db),
+                                    any_md(dyr, type), g.strides, g.padding_l, g.padding_r)
+                              : dnnl::convolution_backward_weights::desc(
+                                    alg, any_md(xr, type), any_md(w), any_md(dyr, type), g.strides,
+                                    g.padding_l, g.padding_r);
+            return dnnl::convolution_backward_weights::primitive_desc(
+                desc, user_scratchpad(), engine(),
+                forward_pd(xr, w, dyr, a.conv, type, kBias ? w[0] : 0));
+          });
+        });
+        std::vector<Arg> args = {
+            input_arg(DNNL_ARG_SRC, 0, x, pd.src_desc(), Role::rows),
+            input_arg(DNNL_ARG_DIFF_DST, 1, dy, pd.diff_dst_desc(), Role::rows),
+            output_arg(DNNL_ARG_DIFF_WEIGHTS, w, pd.diff_weights_desc(), Role::sum)};
+        if (kBias)
+          args.push_back(output_arg(DNNL_ARG_DIFF_BIAS, db, pd.diff_bias_desc(), Role::sum, 1));
+        return Built{dnnl::convolution_backward_weights(pd), pd.scratchpad_desc(), std::move(args)};
+      },
+      Cut::sums);
 }
 
 KernelRegistrar conv2d_backprop_filter_kernel{"Conv2DBackpropFilter", DeviceKind::cpu,

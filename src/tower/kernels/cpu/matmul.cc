@@ -79,7 +79,7 @@ std::unique_ptr<Kernel> make_matmul(const Node& node, const KernelContext& conte
         args.push_back(output_arg(DNNL_ARG_DST, y, y_md, cut_k ? Role::sum : Role::rows));
         return Built{dnnl::matmul(pd), pd.scratchpad_desc(), std::move(args)};
       },
-      kMinRows);
+      cut_k ? Cut::sums : Cut::rows, kMinRows);
 }
 
 KernelRegistrar matmul_kernel{"MatMul", DeviceKind::cpu, make_matmul<false, false>};

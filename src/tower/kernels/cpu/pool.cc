@@ -67,18 +67,21 @@ std::unique_ptr<Kernel> make_avg_pool(const Node& node, const KernelContext& con
   const Shape& x = node.inputs[0].shape();
   const Shape& y = node.outputs[0].shape;
   const memory::desc x_md = md_of(x, pooling_layout(x, context.input_layout(0)));
-  return chunked(node, context, x[0], [&](int64_t rows) {
-    const memory::desc xr_md = rows == x[0] ? x_md : with_batch(x_md, rows).value_or(x_md);
-    const Shape xr = with_rows(x, xr_md.dims()[0]);
-    auto pd = build(node, [&] {
-      return forward_pd(dnnl::prop_kind::forward_inference, xr, xr_md, with_rows(y, xr[0]),
-                        node.attr<ops::PoolAttrs>());
-    });
-    return Built{dnnl::pooling_forward(pd),
-                 pd.scratchpad_desc(),
-                 {input_arg(DNNL_ARG_SRC, 0, x, pd.src_desc(), Role::rows),
-                  output_arg(DNNL_ARG_DST, y, pd.dst_desc(), Role::rows)}};
-  });
+  return chunked(
+      node, context, x[0],
+      [&](int64_t rows) {
+        const memory::desc xr_md = rows == x[0] ? x_md : with_batch(x_md, rows).value_or(x_md);
+        const Shape xr = with_rows(x, xr_md.dims()[0]);
+        auto pd = build(node, [&] {
+          return forward_pd(dnnl::prop_kind::forward_inference, xr, xr_md, with_rows(y, xr[0]),
+                            node.attr<ops::PoolAttrs>());
+        });
+        return Built{dnnl::pooling_forward(pd),
+                     pd.scratchpad_desc(),
+                     {input_arg(DNNL_ARG_SRC, 0, x, pd.src_desc(), Role::rows),
+                      output_arg(DNNL_ARG_DST, y, pd.dst_desc(), Role::rows)}};
+      },
+      Cut::rows);
 }
 
 // AvgPoolGrad (input dy) on plain NCHW.

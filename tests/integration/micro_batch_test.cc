@@ -42,9 +42,7 @@ class MicroBatchTest : public ::testing::Test {
   }
   // `ranks` > 1 runs under mpirun. A constant learning rate, so that a run stopped at step N and
   // resumed follows the run that went on (a cosine schedule depends on --max_steps). One thread
-  // per tower in every layout: a team of threads cuts a kernel's batch into chunks whose sums are
-  // added in chunk order, one thread runs it whole, so the same bits need the same threads per
-  // tower.
+  // per tower in every layout (ThreadsTest takes other thread counts).
   static testing::CommandResult train(const std::string& model_flags, const std::string& dir,
                                       int ranks, int towers, int steps,
                                       const std::string& extra = "") {

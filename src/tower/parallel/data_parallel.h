@@ -48,7 +48,7 @@ struct DataParallelOptions {
   // > 0: the batch is cut into micro-batches of this many examples, each with its own forward and
   // backward pass, and their gradients are summed by one fixed tree over micro-batch indices
   // (tree_reducer.h), whatever tower or rank computes them: the same bits for any number of
-  // towers and ranks (with the same threads per tower). The strategy then only decides the
+  // towers, ranks and threads per tower. The strategy then only decides the
   // replicas. 0: each tower runs its whole share at once (the classic towers).
   int64_t micro_batch = 0;
 };

@@ -114,6 +114,14 @@ TEST(ModelFileTest, EveryBadFileIsOneErrorNamingTheLayerAndTheKey) {
        {"key 'rate' is 1.0", "[0, 1)"}},
       {head + R"({"type": "dense", "name": "d", "units": 3}]})", {"(N, 10) logits", "num_classes"}},
       {head + R"({"type": "max_pool", "size": 16}, )" + logits + "]}", {"bad.json: layer 0"}},
+      {head + R"({"type": "conv2d", "name": "c", "filters": 4, "groups": 3}, )" + logits + "]}",
+       {"bad.json: layer 0", "3 groups must divide the 1 input channels and the 4 filters"}},
+      {head + R"({"type": "conv2d", "name": "c", "filters": 4, "dilation": 0}, )" + logits + "]}",
+       {"layer 0 (c)", "key 'dilation' is 0", ">= 1"}},
+      {head + R"({"type": "depthwise_conv2d", "name": "d", "filters": 4}, )" + logits + "]}",
+       {"layer 0 (d)", "no key 'filters'", "multiplier"}},
+      {head + R"({"type": "depthwise_conv2d", "name": "d", "multiplier": 0}, )" + logits + "]}",
+       {"layer 0 (d)", "key 'multiplier' is 0", ">= 1"}},
   };
   for (const auto& [text, fragments] : cases) {
     try {

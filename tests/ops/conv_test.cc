@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -26,6 +27,14 @@ struct ConvCase {
   Conv2DAttrs attrs;
 };
 
+Conv2DAttrs attrs_of(std::array<int64_t, 2> strides, Padding padding, int64_t groups,
+                     std::array<int64_t, 2> dilations = {1, 1}) {
+  Conv2DAttrs a{strides, padding};
+  a.groups = groups;
+  a.dilations = dilations;
+  return a;
+}
+
 // Odd sizes, strides that do not divide the input, even filters (asymmetric SAME padding).
 const ConvCase kCases[] = {
     {{2, 3, 7, 9}, {4, 3, 3, 3}, {{1, 1}, Padding::same}},
@@ -35,6 +44,12 @@ const ConvCase kCases[] = {
     {{2, 4, 6, 6}, {5, 4, 1, 1}, {{1, 1}, Padding::valid}},
     {{1, 1, 5, 5}, {1, 1, 5, 5}, {{1, 1}, Padding::valid}},
     {{2, 3, 5, 5}, {2, 3, 3, 3}, {{3, 3}, Padding::same}},
+    // grouped (2 groups), depthwise (one and two filters per channel), dilated, and all at once
+    {{2, 4, 7, 6}, {6, 2, 3, 3}, attrs_of({1, 1}, Padding::same, 2)},
+    {{2, 5, 7, 7}, {5, 1, 3, 3}, attrs_of({2, 2}, Padding::same, 5)},
+    {{1, 3, 6, 8}, {6, 1, 3, 3}, attrs_of({1, 1}, Padding::valid, 3)},
+    {{2, 3, 9, 8}, {4, 3, 3, 2}, attrs_of({1, 2}, Padding::same, 1, {2, 3})},
+    {{2, 4, 9, 9}, {4, 1, 3, 3}, attrs_of({2, 1}, Padding::valid, 4, {2, 2})},
 };
 
 TEST(Conv2DTest, AxisPaddingFollowsTensorFlow) {
@@ -82,6 +97,25 @@ TEST(Conv2DTest, ForwardMatchesReferenceOnCifarShape) {
       },
       {&x, &w});
   EXPECT_LE(testing::max_relative_error(y, testing::conv2d_reference(x, w, attrs)), 1e-5);
+}
+
+// Depthwise and grouped dilated convolutions at sizes where oneDNN's blocked (jit) kernels run.
+TEST(Conv2DTest, GroupedConvolutionsMatchReferenceInBlockedKernels) {
+  const ConvCase cases[] = {
+      {{16, 32, 12, 12}, {32, 1, 3, 3}, attrs_of({1, 1}, Padding::same, 32)},
+      {{16, 32, 12, 12}, {32, 1, 3, 3}, attrs_of({2, 2}, Padding::same, 32)},
+      {{16, 32, 12, 12}, {64, 4, 3, 3}, attrs_of({1, 1}, Padding::same, 8, {2, 2})}};
+  uint64_t seed = 50;
+  for (const ConvCase& c : cases) {
+    Tensor x = random_tensor(c.x, seed++), w = random_tensor(c.w, seed++);
+    Tensor y = testing::run_graph(
+        [&](const Scope& s, const std::vector<Value>& in) {
+          return ops::conv2d(s, in[0], in[1], c.attrs);
+        },
+        {&x, &w});
+    EXPECT_LE(testing::max_relative_error(y, testing::conv2d_reference(x, w, c.attrs)), 1e-5)
+        << c.w.to_string() << " groups " << c.attrs.groups;
+  }
 }
 
 // f32 central differences with eps 1e-3 on sums of ~100 products: 1e-2 relative leaves room for
@@ -264,18 +298,19 @@ TEST(Conv2DTest, SameConvolutionsKeepTheirBitsFusedWithBiasAndRelu) {
   }
 }
 
-// On a team of several threads, the convolutions cut the batch into chunks of rows that the
-// threads take one at a time (64 rows: 4 chunks of 16), the weight and bias gradients summed over
-// the chunks in order: within rounding of the one-thread kernels, and the same bits on every run
-// whichever thread took which chunk.
-TEST(Conv2DTest, BatchChunksOnTwoThreadsMatchOneThreadAndRepeatBitwise) {
+// The convolutions cut the batch into chunks of rows fixed by the shapes (64 rows: 4 chunks of
+// 16), which one thread runs in turn and a team takes one at a time, the weight and bias gradients
+// summed over the chunks in order: the same bits on one thread and two, on every run whichever
+// thread took which chunk; for dense, depthwise and grouped dilated convolutions.
+void expect_chunks_keep_their_bits(const Shape& x_shape, const Shape& w_shape,
+                                   const Conv2DAttrs& attrs) {
   Graph graph;
   Scope s(graph);
-  Value x = s.placeholder("x", Shape{64, 16, 8, 8});
-  Value w = s.placeholder("w", Shape{24, 16, 3, 3});
-  Value b = s.placeholder("b", Shape{24});
-  Value r = s.placeholder("r", Shape{64, 24, 8, 8});
-  Value y = ops::relu(s, ops::bias_add(s, ops::conv2d(s, x, w, {{1, 1}, Padding::same}), b));
+  Value x = s.placeholder("x", x_shape);
+  Value w = s.placeholder("w", w_shape);
+  Value b = s.placeholder("b", Shape{w_shape[0]});
+  Value y = ops::relu(s, ops::bias_add(s, ops::conv2d(s, x, w, attrs), b));
+  Value r = s.placeholder("r", y.shape());
   Value loss = ops::reduce_sum(s, ops::mul(s, y, r));
   std::vector<Value> fetches = {y};
   for (Value g : gradients(s, loss, {x, w, b})) fetches.push_back(g);
@@ -288,14 +323,20 @@ TEST(Conv2DTest, BatchChunksOnTwoThreadsMatchOneThreadAndRepeatBitwise) {
   const std::vector<Tensor> two = run_once(graph, fetches, variables, feeds, 2);
   const char* names[] = {"y", "dx", "dw", "db"};
   for (size_t i = 0; i < one.size(); ++i) {
-    // (the weight gradient's sums of 4,096 products, in another order: ~2e-5 seen)
-    EXPECT_LE(testing::max_relative_error(two[i], one[i]), 1e-4) << names[i];
+    EXPECT_EQ(std::memcmp(one[i].raw_data(), two[i].raw_data(), two[i].nbytes()), 0) << names[i];
     for (int repeat = 0; repeat < 3; ++repeat) {
       const std::vector<Tensor> again = run_once(graph, fetches, variables, feeds, 2);
       EXPECT_EQ(std::memcmp(again[i].raw_data(), two[i].raw_data(), two[i].nbytes()), 0)
           << names[i] << " differs on run " << repeat;
     }
   }
+}
+TEST(Conv2DTest, BatchChunksOnTwoThreadsMatchOneThreadAndRepeatBitwise) {
+  expect_chunks_keep_their_bits(Shape{64, 16, 8, 8}, Shape{24, 16, 3, 3}, {{1, 1}, Padding::same});
+  expect_chunks_keep_their_bits(Shape{64, 32, 8, 8}, Shape{32, 1, 3, 3},
+                                attrs_of({1, 1}, Padding::same, 32));
+  expect_chunks_keep_their_bits(Shape{64, 16, 8, 8}, Shape{24, 4, 3, 3},
+                                attrs_of({2, 2}, Padding::same, 4, {2, 2}));
 }
 
 // The filter and bias gradients of y = conv(x, w) + b for an output gradient r on 2 threads, from
@@ -316,12 +357,11 @@ void check_filter_gradient(const ConvCase& c, uint64_t seed, double bound) {
   const std::vector<std::pair<Value, const Tensor*>> feeds = {
       {x, &xv}, {w, &wv}, {b, &bv}, {r, &rv}};
   const std::vector<Tensor> two = run_once(graph, grads, variables, feeds, 2);
-  // dw[o, i, kh, kw] = sum of x[n, i, p*s + kh - top, q*t + kw - left] * r[n, o, p, q].
+  // dw[o, i, kh, kw] = sum of x[n, g(o) + i, p*s + kh*dh - top, q*t + kw*dw - left] * r[n, o, p,
+  // q], g(o) the first input channel of o's group.
   const Shape& ys = r.shape();
-  const ops::AxisPadding ph =
-      ops::axis_padding(c.x[2], c.w[2], c.attrs.strides[0], c.attrs.padding);
-  const ops::AxisPadding pw =
-      ops::axis_padding(c.x[3], c.w[3], c.attrs.strides[1], c.attrs.padding);
+  const auto [ph, pw] = ops::conv_padding(c.x, c.w, c.attrs);
+  const int64_t per_group = c.w[0] / c.attrs.groups;
   // (and each sum's terms' magnitudes, which bound f32's rounding)
   std::vector<double> dw(static_cast<size_t>(c.w.numel())), db(static_cast<size_t>(c.w[0]));
   std::vector<double> dw_abs(dw.size()), db_abs(db.size());
@@ -334,15 +374,16 @@ void check_filter_gradient(const ConvCase& c, uint64_t seed, double bound) {
           const double g = rp[((n * ys[1] + o) * ys[2] + p) * ys[3] + q];
           db[static_cast<size_t>(o)] += g;
           db_abs[static_cast<size_t>(o)] += std::fabs(g);
-          for (int64_t i = 0; i < c.x[1]; ++i)
+          for (int64_t i = 0; i < c.w[1]; ++i)
             for (int64_t kh = 0; kh < c.w[2]; ++kh)
               for (int64_t kw = 0; kw < c.w[3]; ++kw) {
-                const int64_t h = p * c.attrs.strides[0] + kh - ph.before;
-                const int64_t v = q * c.attrs.strides[1] + kw - pw.before;
+                const int64_t h = p * c.attrs.strides[0] + kh * c.attrs.dilations[0] - ph.before;
+                const int64_t v = q * c.attrs.strides[1] + kw * c.attrs.dilations[1] - pw.before;
                 if (h < 0 || h >= c.x[2] || v < 0 || v >= c.x[3]) continue;
+                const int64_t channel = o / per_group * c.w[1] + i;
                 const size_t at =
-                    static_cast<size_t>(((o * c.x[1] + i) * c.w[2] + kh) * c.w[3] + kw);
-                const double term = g * xp[((n * c.x[1] + i) * c.x[2] + h) * c.x[3] + v];
+                    static_cast<size_t>(((o * c.w[1] + i) * c.w[2] + kh) * c.w[3] + kw);
+                const double term = g * xp[((n * c.x[1] + channel) * c.x[2] + h) * c.x[3] + v];
                 dw[at] += term;
                 dw_abs[at] += std::fabs(term);
               }
@@ -393,6 +434,10 @@ TEST(Conv2DTest, SameConvolutionFilterGradientMatchesSumsInDouble) {
       {{18, 32, 8, 8}, {40, 32, 3, 3}, {{1, 1}, Padding::same}},
       {{17, 32, 14, 14}, {64, 32, 3, 3}, {{1, 1}, Padding::same}},
       {{3, 48, 5, 3}, {32, 48, 3, 3}, {{1, 1}, Padding::same}},
+      // depthwise and grouped dilated, in oneDNN's blocked kernels
+      {{16, 32, 12, 12}, {32, 1, 3, 3}, attrs_of({1, 1}, Padding::same, 32)},
+      {{16, 32, 12, 12}, {32, 1, 3, 3}, attrs_of({2, 2}, Padding::same, 32)},
+      {{16, 32, 12, 12}, {64, 4, 3, 3}, attrs_of({1, 1}, Padding::same, 8, {2, 2})},
   };
   uint64_t seed = 400;
   for (const ConvCase& c : cases) {

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <tuple>
 #include <utility>
 
 #include "testing/gradient_check.h"
@@ -290,11 +291,21 @@ void add_cases(Table& all) {
   for (Case c : std::vector<Case>{
            {"relu", {Shape{3, 5, 7}}, [](auto&s, auto&v) { return ops::relu(s, v[0]); }},
            {"elu", {Shape{3, 5, 7}}, [](auto&s, auto&v) { return ops::elu(s, v[0]); }},
+           {"relu6", {Shape{3, 5, 7}}, [](auto&s, auto&v) { return ops::relu6(s, v[0]); }},
+           {.name = "relu6_both_bounds",
+           .inputs = {Shape{3, 5, 7}},
+           .build = [](auto&s, auto&v) { return ops::relu6(s, v[0]); },
+           .low = -3,
+           .high = 9},
            {"sigmoid", {Shape{3, 5, 7}}, [](auto&s, auto&v) { return ops::sigmoid(s, v[0]); }},
            {"tanh", {Shape{3, 5, 7}}, [](auto&s, auto&v) { return ops::tanh(s, v[0]); }},
            {"relu_grad",
             {Shape{3, 5, 7}, Shape{3, 5, 7}},
             [](auto&s, auto&v) { return ops::relu_grad(s, v[0], v[1]); }},
+           {.name = "relu6_grad",
+           .inputs = {Shape{3, 5, 7}, Shape{3, 5, 7}},
+           .build = [](auto&s, auto&v) { return ops::relu6_grad(s, v[0], v[1]); },
+           .ranges = {{-1, 1}, {-1, 7}}},
            {"elu_grad",
             {Shape{3, 5, 7}, Shape{3, 5, 7}},
             [](auto&s, auto&v) { return ops::elu_grad(s, v[0], v[1]); }},
@@ -320,9 +331,7 @@ void add_cases(Table& all) {
             [](auto&s, auto&v) { return ops::add_n(s, v); }},
            {"reshape",
             {Shape{4, 6}},
-            [](auto&s, auto&v) {
-              return ops::reshape(s, v[0], Shape{3, 8});
-            }},
+            [](auto&s, auto&v) { return ops::reshape(s, v[0], Shape{3, 8}); }},
            {"bias_add_nchw",
             {x4, Shape{3}},
             [](auto&s, auto&v) { return ops::bias_add(s, v[0], v[1]); }},
@@ -341,12 +350,27 @@ void add_cases(Table& all) {
                1e-4});
   // Stride 2 SAME on 9 pixels pads 1 before and 1 after; on 8 pixels, 0 before and 1 after (the
   // explicitly padded path).
-  for (auto [attrs, x] : {std::pair{conv(1, ops::Padding::same), x4},
-                          {conv(2, ops::Padding::same), x4},
-                          {conv(2, ops::Padding::same), Shape{2, 3, 8, 8}},
-                          {conv(1, ops::Padding::valid), x4}}) {
-    const Shape y{x[0], w[0], ops::axis_padding(x[2], w[2], attrs.strides[0], attrs.padding).out,
-                  ops::axis_padding(x[3], w[3], attrs.strides[1], attrs.padding).out};
+  // Grouped (2 groups of 3 channels into 2 groups of 2), depthwise (6 channels, one filter
+  // each, times 2), and dilated (SAME and VALID, strided and not) convolutions.
+  auto grouped = [](int64_t groups, int64_t stride, int64_t dilation, ops::Padding padding) {
+    ops::Conv2DAttrs a{{stride, stride}, padding};
+    a.groups = groups;
+    a.dilations = {dilation, dilation};
+    return a;
+  };
+  const Shape x6{2, 6, 9, 9};
+  for (auto [attrs, x, w] : {std::tuple{conv(1, ops::Padding::same), x4, w},
+                             {conv(2, ops::Padding::same), x4, w},
+                             {conv(2, ops::Padding::same), Shape{2, 3, 8, 8}, w},
+                             {conv(1, ops::Padding::valid), x4, w},
+                             {grouped(2, 1, 1, ops::Padding::same), x6, Shape{4, 3, 3, 3}},
+                             {grouped(6, 1, 1, ops::Padding::same), x6, Shape{6, 1, 3, 3}},
+                             {grouped(6, 2, 1, ops::Padding::same), x6, Shape{12, 1, 3, 3}},
+                             {grouped(1, 1, 2, ops::Padding::same), x4, w},
+                             {grouped(1, 2, 2, ops::Padding::valid), x4, w},
+                             {grouped(6, 1, 3, ops::Padding::same), x6, Shape{6, 1, 3, 3}}}) {
+    const auto [ph, pw] = ops::conv_padding(x, w, attrs);
+    const Shape y{x[0], w[0], ph.out, pw.out};
     all.add({"conv2d",
              {x, w},
              [attrs](auto& s, auto& v) { return ops::conv2d(s, v[0], v[1], attrs); },
@@ -437,7 +461,13 @@ std::vector<Row> table() {
   t.row("Elu").reference = elementwise([](double x) { return x > 0 ? x : std::expm1(x); });
   t.row("Sigmoid").reference = elementwise([](double x) { return 1.0 / (1.0 + std::exp(-x)); });
   t.row("Tanh").reference = elementwise([](double x) { return std::tanh(x); });
-  t.row("Relu").gradient_gap = t.row("Elu").gradient_gap = 0.05f;
+  t.row("Relu6").reference = elementwise([](double x) { return std::min(std::max(x, 0.0), 6.0); });
+  t.row("Relu6Grad").reference = [](const Node&, const std::vector<Tensor>& in) {
+    return from_double(in[0].shape(), testing::ref_binary(in[0], in[1], [](double dy, double y) {
+                         return y > 0 && y < 6 ? dy : 0.0;
+                       }));
+  };
+  t.row("Relu").gradient_gap = t.row("Elu").gradient_gap = t.row("Relu6").gradient_gap = 0.05f;
   // math
   t.row("Add").reference = binary([](double a, double b) { return a + b; });
   t.row("Sub").reference = binary([](double a, double b) { return a - b; });
@@ -518,9 +548,9 @@ std::vector<Row> table() {
   // Gradient ops: made by their forward op's gradient rule, which its finite-difference check
   // tests through them.
   for (const char* op :
-       {"ReluGrad", "EluGrad", "SigmoidGrad", "TanhGrad", "BiasAddGrad", "Conv2DBackpropInput",
-        "Conv2DBackpropFilter", "MaxPoolGrad", "AvgPoolGrad", "LRNGrad", "SoftmaxGrad",
-        "SparseSoftmaxXentGrad", "FusedBatchNormGrad", "DropoutGrad"}) {
+       {"ReluGrad", "Relu6Grad", "EluGrad", "SigmoidGrad", "TanhGrad", "BiasAddGrad",
+        "Conv2DBackpropInput", "Conv2DBackpropFilter", "MaxPoolGrad", "AvgPoolGrad", "LRNGrad",
+        "SoftmaxGrad", "SparseSoftmaxXentGrad", "FusedBatchNormGrad", "DropoutGrad"}) {
     if (!t.row(op).reference) t.row(op).forward_checked_by = kGradientOp;
     t.row(op).no_gradient = "a gradient op";
   }

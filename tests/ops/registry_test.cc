@@ -29,6 +29,8 @@ const char* const kExpectedOps[] = {
     "LRNGrad",
     "Relu",
     "ReluGrad",
+    "Relu6",
+    "Relu6Grad",
     "Elu",
     "EluGrad",
     "Sigmoid",

@@ -19,29 +19,31 @@
 
 namespace tower::testing {
 
-// x (N, C, H, W), w (K, C, KH, KW) -> (N, K, OH, OW), zero padding as TensorFlow places it.
+// x (N, C, H, W), w (K, C / G, KH, KW) -> (N, K, OH, OW), zero padding as TensorFlow places it;
+// output channel k sees the input channels of its group, the filter's taps dilated.
 inline Tensor conv2d_reference(const Tensor& x, const Tensor& w, const ops::Conv2DAttrs& a) {
   const Shape& xs = x.shape();
   const Shape& ws = w.shape();
-  ops::AxisPadding ph = ops::axis_padding(xs[2], ws[2], a.strides[0], a.padding);
-  ops::AxisPadding pw = ops::axis_padding(xs[3], ws[3], a.strides[1], a.padding);
+  const auto [ph, pw] = ops::conv_padding(xs, ws, a);
   Tensor y(Shape{xs[0], ws[0], ph.out, pw.out}, DType::f32);
   const float* xp = x.data<float>();
   const float* wp = w.data<float>();
   float* yp = y.data<float>();
+  const int64_t per_group = ws[0] / a.groups;
   for (int64_t n = 0; n < xs[0]; ++n)
     for (int64_t k = 0; k < ws[0]; ++k)
       for (int64_t oh = 0; oh < ph.out; ++oh)
         for (int64_t ow = 0; ow < pw.out; ++ow) {
           double sum = 0;
-          for (int64_t c = 0; c < xs[1]; ++c)
+          for (int64_t ci = 0; ci < ws[1]; ++ci)
             for (int64_t i = 0; i < ws[2]; ++i)
               for (int64_t j = 0; j < ws[3]; ++j) {
-                int64_t h = oh * a.strides[0] - ph.before + i;
-                int64_t v = ow * a.strides[1] - pw.before + j;
+                const int64_t c = k / per_group * ws[1] + ci;
+                const int64_t h = oh * a.strides[0] - ph.before + i * a.dilations[0];
+                const int64_t v = ow * a.strides[1] - pw.before + j * a.dilations[1];
                 if (h < 0 || h >= xs[2] || v < 0 || v >= xs[3]) continue;
                 sum += static_cast<double>(xp[((n * xs[1] + c) * xs[2] + h) * xs[3] + v]) *
-                       wp[((k * ws[1] + c) * ws[2] + i) * ws[3] + j];
+                       wp[((k * ws[1] + ci) * ws[2] + i) * ws[3] + j];
               }
           yp[((n * ws[0] + k) * ph.out + oh) * pw.out + ow] = static_cast<float>(sum);
         }

@@ -125,10 +125,13 @@ nn::BatchNorm bn_options(Keys& k) {
                        .epsilon = k.number("epsilon", 1e-3f, 0, 1, Keys::Upper::included)};
 }
 
-nn::Conv2D conv_options(Keys& k) {
-  return nn::Conv2D{.filters = k.whole("filters", std::nullopt),
+// `depthwise`: no filters (the layer's input channels times the multiplier).
+nn::Conv2D conv_options(Keys& k, bool depthwise = false) {
+  return nn::Conv2D{.filters = depthwise ? 0 : k.whole("filters", std::nullopt),
                     .kernel = k.whole("kernel", 3),
                     .stride = k.whole("stride", 1),
+                    .groups = depthwise ? 1 : k.whole("groups", 1),
+                    .dilation = k.whole("dilation", 1),
                     .padding = k.padding(ops::Padding::same),
                     .activation = k.activation(),
                     .bias = k.flag("bias", true),
@@ -147,15 +150,22 @@ nn::Pool pool_options(Keys& k) {
 std::optional<Step> layer_with_variables(Keys& k, const std::string& type,
                                          const std::string& name) {
   if (type == "conv2d") {
-    k.only({"type", "name", "filters", "kernel", "stride", "padding", "activation", "bias", "init",
-            "bias_init", "weight_decay"});
+    k.only({"type", "name", "filters", "kernel", "stride", "groups", "dilation", "padding",
+            "activation", "bias", "init", "bias_init", "weight_decay"});
     return [name, o = conv_options(k)](const Scope& s, Value x, Context&) {
       return nn::conv2d(s, name, x, o);
     };
   }
+  if (type == "depthwise_conv2d") {
+    k.only({"type", "name", "multiplier", "kernel", "stride", "dilation", "padding", "activation",
+            "bias", "init", "bias_init", "weight_decay"});
+    return
+        [name, o = conv_options(k, true), m = k.whole("multiplier", 1)](
+            const Scope& s, Value x, Context&) { return nn::depthwise_conv2d(s, name, x, o, m); };
+  }
   if (type == "conv_bn") {
-    k.only({"type", "name", "filters", "kernel", "stride", "padding", "activation", "init",
-            "weight_decay", "momentum", "epsilon"});
+    k.only({"type", "name", "filters", "kernel", "stride", "groups", "dilation", "padding",
+            "activation", "init", "weight_decay", "momentum", "epsilon"});
     return [name, o = conv_options(k), bn = bn_options(k)](const Scope& s, Value x, Context& c) {
       return nn::conv_bn(s, name, x, c.mode, c.updates, o, bn);
     };
@@ -240,15 +250,15 @@ Step parse_layer(const Json& layer, size_t i, const std::string& origin) {
     where += fmt::format(" ({})", layer["name"].get<std::string>());
   Keys k(layer, origin, where);
   const std::string type = k.text("type", std::nullopt);
-  const bool named = type == "conv2d" || type == "conv_bn" || type == "dense" ||
-                     type == "batch_norm" || type == "residual";
+  const bool named = type == "conv2d" || type == "depthwise_conv2d" || type == "conv_bn" ||
+                     type == "dense" || type == "batch_norm" || type == "residual";
   const std::string name =
       k.text("name", named ? std::nullopt : std::optional(type + std::to_string(i)));
   if (std::optional<Step> step = layer_with_variables(k, type, name)) return *step;
   if (std::optional<Step> step = layer_without_variables(k, type, name)) return *step;
   k.bad("type", k.get("type"),
-        "one of conv2d, conv_bn, dense, batch_norm, residual, max_pool, avg_pool, "
-        "global_avg_pool, flatten, dropout, lrn, relu, elu, sigmoid, tanh");
+        "one of conv2d, depthwise_conv2d, conv_bn, dense, batch_norm, residual, max_pool, "
+        "avg_pool, global_avg_pool, flatten, dropout, lrn, relu, relu6, elu, sigmoid, tanh");
 }
 
 Recipe parse_recipe(const Json& json, const std::string& origin) {

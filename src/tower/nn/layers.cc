@@ -16,6 +16,8 @@ Value activation(const Scope& scope, Value x, Activation a) {
       return x;
     case Activation::relu:
       return ops::relu(scope, x);
+    case Activation::relu6:
+      return ops::relu6(scope, x);
     case Activation::elu:
       return ops::elu(scope, x);
     case Activation::sigmoid:
@@ -29,6 +31,7 @@ Value activation(const Scope& scope, Value x, Activation a) {
 std::optional<Activation> parse_activation(const std::string& name) {
   if (name == "none") return Activation::none;
   if (name == "relu") return Activation::relu;
+  if (name == "relu6") return Activation::relu6;
   if (name == "elu") return Activation::elu;
   if (name == "sigmoid") return Activation::sigmoid;
   if (name == "tanh") return Activation::tanh;
@@ -48,16 +51,37 @@ Value conv2d(const Scope& scope, const std::string& name, Value x, const Conv2D&
   if (x.shape().rank() != 4)
     fail("layer '{}': conv2d takes NCHW images, got a value of shape {}", name,
          x.shape().to_string());
-  if (o.filters <= 0 || o.kernel <= 0 || o.stride <= 0)
-    fail("layer '{}': filters, kernel and stride must be > 0, got {}, {} and {}", name, o.filters,
-         o.kernel, o.stride);
-  Value w = variable_with_weight_decay(
-      s, "weights", Shape{o.filters, x.shape()[1], o.kernel, o.kernel}, o.init, o.weight_decay);
-  Value y = ops::conv2d(s, x, w, {{o.stride, o.stride}, o.padding});
+  if (o.filters <= 0 || o.kernel <= 0 || o.stride <= 0 || o.groups <= 0 || o.dilation <= 0)
+    fail(
+        "layer '{}': filters, kernel, stride, groups and dilation must be > 0, got {}, {}, {}, {} "
+        "and {}",
+        name, o.filters, o.kernel, o.stride, o.groups, o.dilation);
+  const int64_t channels = x.shape()[1];
+  if (channels % o.groups != 0 || o.filters % o.groups != 0)
+    fail("layer '{}': {} groups must divide the {} input channels and the {} filters", name,
+         o.groups, channels, o.filters);
+  Value w = variable_with_weight_decay(s, "weights",
+                                       Shape{o.filters, channels / o.groups, o.kernel, o.kernel},
+                                       o.init, o.weight_decay);
+  ops::Conv2DAttrs attrs{{o.stride, o.stride}, o.padding};
+  attrs.groups = o.groups;
+  attrs.dilations = {o.dilation, o.dilation};
+  Value y = ops::conv2d(s, x, w, attrs);
   if (o.bias)
     y = ops::bias_add(
         s, y, s.get_variable("biases", Shape{o.filters}, Initializer::constant(o.bias_init)));
   return activation(s, y, o.activation);
+}
+
+Value depthwise_conv2d(const Scope& scope, const std::string& name, Value x, Conv2D o,
+                       int64_t multiplier) {
+  if (x.shape().rank() != 4)
+    fail("layer '{}': depthwise_conv2d takes NCHW images, got a value of shape {}", name,
+         x.shape().to_string());
+  if (multiplier <= 0) fail("layer '{}': multiplier must be > 0, got {}", name, multiplier);
+  o.groups = x.shape()[1];
+  o.filters = x.shape()[1] * multiplier;
+  return conv2d(scope, name, x, o);
 }
 
 Value dense(const Scope& scope, const std::string& name, Value x, const Dense& o) {

@@ -24,9 +24,9 @@ namespace tower::nn {
 // Training (batch statistics, dropout on, moving averages updated) or evaluation.
 enum class Mode : uint8_t { train, eval };
 
-enum class Activation : uint8_t { none, relu, elu, sigmoid, tanh };
+enum class Activation : uint8_t { none, relu, relu6, elu, sigmoid, tanh };
 Value activation(const Scope& scope, Value x, Activation a);
-// "none", "relu", "elu", "sigmoid", "tanh"; nullopt for anything else.
+// "none", "relu", "relu6", "elu", "sigmoid", "tanh"; nullopt for anything else.
 std::optional<Activation> parse_activation(const std::string& name);
 
 // A variable with an L2 weight-decay term wd * l2_loss(var) in "losses" when wd > 0.
@@ -35,10 +35,14 @@ Value variable_with_weight_decay(const Scope& scope, const std::string& name, Sh
 
 // 2-D convolution of NCHW images by `filters` square kernels (OIHW weights), then the bias and
 // the activation. The kernel size must be odd for SAME padding to centre it (TensorFlow rules).
+// With `groups`, the channels in and out are cut into that many groups, each output group seeing
+// its input group alone (weights (filters, C / groups, k, k)); `dilation` spaces the taps.
 struct Conv2D {
   int64_t filters = 0;
   int64_t kernel = 3;
   int64_t stride = 1;
+  int64_t groups = 1;
+  int64_t dilation = 1;
   ops::Padding padding = ops::Padding::same;
   Activation activation = Activation::none;
   bool bias = true;
@@ -47,6 +51,10 @@ struct Conv2D {
   float weight_decay = 0.0f;
 };
 Value conv2d(const Scope& scope, const std::string& name, Value x, const Conv2D& options);
+// A depthwise convolution: each input channel by `multiplier` filters of its own (Conv2D with
+// groups = the channels and filters = channels x multiplier; `filters` and `groups` are set).
+Value depthwise_conv2d(const Scope& scope, const std::string& name, Value x, Conv2D options,
+                       int64_t multiplier = 1);
 
 // Fully connected: x (N, in), or (N, ...) flattened, times weights (in, units), plus the bias.
 struct Dense {

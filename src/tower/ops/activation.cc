@@ -33,6 +33,8 @@ Grads from_output(const Scope& s, const Node& n, const Grads& g) {
 
 OpRegistrar relu_op{{"Relu", infer_activation, from_output<relu_grad>}};
 OpRegistrar relu_grad_op{{"ReluGrad", infer_activation_grad}};
+OpRegistrar relu6_op{{"Relu6", infer_activation, from_output<relu6_grad>}};
+OpRegistrar relu6_grad_op{{"Relu6Grad", infer_activation_grad}};
 OpRegistrar elu_op{{"Elu", infer_activation, from_output<elu_grad>}};
 OpRegistrar elu_grad_op{{"EluGrad", infer_activation_grad}};
 OpRegistrar sigmoid_op{{"Sigmoid", infer_activation, from_output<sigmoid_grad>}};
@@ -43,11 +45,13 @@ OpRegistrar tanh_grad_op{{"TanhGrad", infer_activation_grad}};
 }  // namespace
 
 Value relu(const Scope& s, Value x) { return s.op("Relu", {x}); }
+Value relu6(const Scope& s, Value x) { return s.op("Relu6", {x}); }
 Value elu(const Scope& s, Value x) { return s.op("Elu", {x}); }
 Value sigmoid(const Scope& s, Value x) { return s.op("Sigmoid", {x}); }
 Value tanh(const Scope& s, Value x) { return s.op("Tanh", {x}); }
 
 Value relu_grad(const Scope& s, Value dy, Value y) { return s.op("ReluGrad", {dy, y}); }
+Value relu6_grad(const Scope& s, Value dy, Value y) { return s.op("Relu6Grad", {dy, y}); }
 Value elu_grad(const Scope& s, Value dy, Value y) { return s.op("EluGrad", {dy, y}); }
 Value sigmoid_grad(const Scope& s, Value dy, Value y) { return s.op("SigmoidGrad", {dy, y}); }
 Value tanh_grad(const Scope& s, Value dy, Value y) { return s.op("TanhGrad", {dy, y}); }

@@ -9,27 +9,39 @@ namespace {
 
 using Grads = std::vector<Value>;
 
-void check_strides(const Node& n, const Conv2DAttrs& a) {
+void check_attrs(const Node& n, const Conv2DAttrs& a) {
   if (a.strides[0] < 1 || a.strides[1] < 1)
     fail_node(n, fmt::format("strides must be >= 1, got ({}, {})", a.strides[0], a.strides[1]));
+  if (a.dilations[0] < 1 || a.dilations[1] < 1)
+    fail_node(n,
+              fmt::format("dilations must be >= 1, got ({}, {})", a.dilations[0], a.dilations[1]));
+  if (a.groups < 1) fail_node(n, fmt::format("groups must be >= 1, got {}", a.groups));
 }
 
 // The output shape of conv2d(x, w), or a message naming the mismatch.
 Shape conv_output(const Node& n, const Shape& x, const Shape& w, const Conv2DAttrs& a) {
-  check_strides(n, a);
+  check_attrs(n, a);
   if (x.rank() != 4)
     fail_node(n, fmt::format("images must be NCHW (rank 4), got {}", x.to_string()));
   if (w.rank() != 4)
     fail_node(n, fmt::format("filter must be (K, C, KH, KW) (rank 4), got {}", w.to_string()));
-  if (x[1] != w[1])
-    fail_node(n, fmt::format("images have {} channels but the filter expects {}", x[1], w[1]));
+  if (x[1] != w[1] * a.groups)
+    fail_node(n, a.groups == 1
+                     ? fmt::format("images have {} channels but the filter expects {}", x[1], w[1])
+                     : fmt::format("images have {} channels but the filter expects {} groups of {}",
+                                   x[1], a.groups, w[1]));
+  if (w[0] % a.groups != 0)
+    fail_node(n, fmt::format("{} output channels do not divide into {} groups", w[0], a.groups));
   if (w[2] < 1 || w[3] < 1) fail_node(n, fmt::format("empty filter window {}", w.to_string()));
-  AxisPadding ph = axis_padding(x[2], w[2], a.strides[0], a.padding);
-  AxisPadding pw = axis_padding(x[3], w[3], a.strides[1], a.padding);
+  const auto [ph, pw] = conv_padding(x, w, a);
   if (ph.out < 1 || pw.out < 1)
-    fail_node(n,
-              fmt::format("the {}x{} filter gives no output on {}x{} images with {} padding", w[2],
-                          w[3], x[2], x[3], a.padding == Padding::same ? "SAME" : "VALID"));
+    fail_node(
+        n, fmt::format("the {}x{} filter{} gives no output on {}x{} images with {} padding", w[2],
+                       w[3],
+                       a.dilations == std::array<int64_t, 2>{1, 1}
+                           ? ""
+                           : fmt::format(" dilated by ({}, {})", a.dilations[0], a.dilations[1]),
+                       x[2], x[3], a.padding == Padding::same ? "SAME" : "VALID"));
   return Shape{x[0], w[0], ph.out, pw.out};
 }
 
@@ -87,6 +99,11 @@ AxisPadding axis_padding(int64_t in, int64_t k, int64_t stride, Padding padding)
   int64_t out = (in + stride - 1) / stride;
   int64_t total = std::max<int64_t>((out - 1) * stride + k - in, 0);
   return {out, total / 2, total - total / 2};
+}
+
+std::array<AxisPadding, 2> conv_padding(const Shape& x, const Shape& w, const Conv2DAttrs& a) {
+  return {axis_padding(x[2], (w[2] - 1) * a.dilations[0] + 1, a.strides[0], a.padding),
+          axis_padding(x[3], (w[3] - 1) * a.dilations[1] + 1, a.strides[1], a.padding)};
 }
 
 Value conv2d(const Scope& s, Value x, Value w, const Conv2DAttrs& attrs) {

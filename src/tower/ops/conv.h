@@ -15,6 +15,13 @@ enum class Padding { same, valid };
 struct Conv2DAttrs {
   std::array<int64_t, 2> strides{1, 1};
   Padding padding = Padding::same;
+  // The C input and K output channels cut into `groups` groups, output group g computed from
+  // input group g alone: the filter is (K, C / groups, KH, KW). groups == C == K: depthwise.
+  int64_t groups = 1;
+  // The filter's taps `dilations` pixels apart: a KH x KW filter spans (KH - 1) * dh + 1 rows.
+  std::array<int64_t, 2> dilations{1, 1};
+  // Neither groups nor dilation: what every specialized kernel requires.
+  bool is_dense() const { return groups == 1 && dilations[0] == 1 && dilations[1] == 1; }
 };
 
 // Conv2DBackpropInput (inputs w, dy) and Conv2DBackpropFilter (inputs x, dy): `shape` is the
@@ -32,8 +39,10 @@ struct AxisPadding {
 };
 // Output size and padding for one axis; out <= 0 when a VALID window does not fit.
 AxisPadding axis_padding(int64_t in, int64_t k, int64_t stride, Padding padding);
+// The rows and columns of conv2d(x, w) (x NCHW, w OIHW), the filter's dilation counted.
+std::array<AxisPadding, 2> conv_padding(const Shape& x, const Shape& w, const Conv2DAttrs& attrs);
 
-// x (N, C, H, W), w (K, C, KH, KW) -> (N, K, OH, OW).
+// x (N, C, H, W), w (K, C / groups, KH, KW) -> (N, K, OH, OW).
 Value conv2d(const Scope& s, Value x, Value w, const Conv2DAttrs& attrs = {});
 // The adjoints of conv2d with respect to x and to w.
 Value conv2d_backprop_input(const Scope& s, Value w, Value dy, const Shape& x_shape,

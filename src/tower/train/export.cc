@@ -134,6 +134,10 @@ class Emitter {
     if (op == "FusedBatchNorm") return batch_norm(n);
     if (op == "Relu" || op == "Sigmoid" || op == "Tanh") return simple(op, n, {in(n.inputs[0])});
     if (op == "Elu") return simple("Elu", n, {in(n.inputs[0])}, {{"alpha", 1.0f}});
+    if (op == "Relu6")  // Clip's bounds are scalar inputs
+      return simple("Clip", n,
+                    {in(n.inputs[0]), floats(onnx_, n.name + "/min", {}, {0.0f}),
+                     floats(onnx_, n.name + "/max", {}, {6.0f})});
     if (op == "Dropout") return simple("Identity", n, {in(n.inputs[0])});
     if (op == "Add" || op == "Sub" || op == "Mul")
       return simple(op, n, {in(n.inputs[0]), in(n.inputs[1])});
@@ -162,10 +166,14 @@ class Emitter {
   void conv(const Node& n) {
     const auto& a = n.attr<ops::Conv2DAttrs>();
     const Shape& w_shape = n.inputs[1].shape();
+    const auto [ph, pw] = ops::conv_padding(n.inputs[0].shape(), w_shape, a);
     std::vector<OnnxAttr> attrs{
         {"kernel_shape", std::vector<int64_t>{w_shape[2], w_shape[3]}},
         {"strides", std::vector<int64_t>{a.strides[0], a.strides[1]}},
-        {"pads", pads_of(n.inputs[0].shape(), {w_shape[2], w_shape[3]}, a.strides, a.padding)}};
+        {"pads", std::vector<int64_t>{ph.before, pw.before, ph.after, pw.after}}};
+    if (a.groups != 1) attrs.push_back({"group", a.groups});
+    if (!a.is_dense())
+      attrs.push_back({"dilations", std::vector<int64_t>{a.dilations[0], a.dilations[1]}});
     Value out = n.output(0);
     const Node* bias = nullptr;
     if (Node* u = only_user(out);

@@ -14,10 +14,16 @@ memory::desc md_in(const Shape& shape, const Layout& layout) {
   return layout.is_plain() ? plain_md(Shape{shape.numel()}) : md_of(shape, layout);
 }
 
-// oneDNN's alpha: ELU's scale (1 in TensorFlow), but ReLU's negative slope (0).
+// oneDNN's alpha: ELU's scale (1 in TensorFlow), ReLU's negative slope (0), clip's lower bound.
 float alpha_of(algorithm alg) {
   return alg == algorithm::eltwise_elu || alg == algorithm::eltwise_elu_use_dst_for_bwd ? 1.0f
                                                                                         : 0.0f;
+}
+// oneDNN's beta: clip's upper bound (ReLU6: 6), unused by the others.
+float beta_of(algorithm alg) {
+  return alg == algorithm::eltwise_clip_v2 || alg == algorithm::eltwise_clip_v2_use_dst_for_bwd
+             ? 6.0f
+             : 0.0f;
 }
 
 class EltwiseForwardKernel : public Kernel {
@@ -26,7 +32,8 @@ class EltwiseForwardKernel : public Kernel {
       : node_(node), layout_(context.input_layout(0)) {
     pd_ = build(node, [&] {
       dnnl::eltwise_forward::desc desc(dnnl::prop_kind::forward_inference, alg,
-                                       md_in(node.inputs[0].shape(), layout_), alpha_of(alg), 0.0f);
+                                       md_in(node.inputs[0].shape(), layout_), alpha_of(alg),
+                                       beta_of(alg));
       return dnnl::eltwise_forward::primitive_desc(desc, user_scratchpad(), engine());
     });
     prim_ = dnnl::eltwise_forward(pd_);
@@ -57,9 +64,9 @@ class EltwiseBackwardKernel : public Kernel {
     pd_ = build(node, [&] {
       memory::desc md = md_in(node.inputs[1].shape(), layout_);
       dnnl::eltwise_forward::desc fwd_desc(dnnl::prop_kind::forward_training, alg, md,
-                                           alpha_of(alg), 0.0f);
+                                           alpha_of(alg), beta_of(alg));
       dnnl::eltwise_forward::primitive_desc fwd_pd(fwd_desc, engine());
-      dnnl::eltwise_backward::desc desc(alg, md, md, alpha_of(alg), 0.0f);
+      dnnl::eltwise_backward::desc desc(alg, md, md, alpha_of(alg), beta_of(alg));
       return dnnl::eltwise_backward::primitive_desc(desc, user_scratchpad(), engine(), fwd_pd);
     });
     prim_ = dnnl::eltwise_backward(pd_);
@@ -90,6 +97,8 @@ std::unique_ptr<Kernel> make(const Node& node, const KernelContext& context) {
 
 KernelRegistrar relu_kernel{"Relu", DeviceKind::cpu,
                             make<EltwiseForwardKernel, algorithm::eltwise_relu>};
+KernelRegistrar relu6_kernel{"Relu6", DeviceKind::cpu,
+                             make<EltwiseForwardKernel, algorithm::eltwise_clip_v2>};
 KernelRegistrar elu_kernel{"Elu", DeviceKind::cpu,
                            make<EltwiseForwardKernel, algorithm::eltwise_elu>};
 KernelRegistrar sigmoid_kernel{"Sigmoid", DeviceKind::cpu,
@@ -100,6 +109,9 @@ KernelRegistrar tanh_kernel{"Tanh", DeviceKind::cpu,
 KernelRegistrar relu_grad_kernel{
     "ReluGrad", DeviceKind::cpu,
     make<EltwiseBackwardKernel, algorithm::eltwise_relu_use_dst_for_bwd>};
+KernelRegistrar relu6_grad_kernel{
+    "Relu6Grad", DeviceKind::cpu,
+    make<EltwiseBackwardKernel, algorithm::eltwise_clip_v2_use_dst_for_bwd>};
 KernelRegistrar elu_grad_kernel{
     "EluGrad", DeviceKind::cpu,
     make<EltwiseBackwardKernel, algorithm::eltwise_elu_use_dst_for_bwd>};

@@ -32,14 +32,25 @@ memory::data_type operand_type(const KernelContext& context) {
   return context.precision == Precision::bf16 ? memory::data_type::bf16 : memory::data_type::f32;
 }
 
+// oneDNN's dilations count the pixels skipped between taps (0: none).
 struct ConvGeometry {
-  memory::dims strides, padding_l, padding_r;
+  memory::dims strides, dilates, padding_l, padding_r;
 };
 
 ConvGeometry geometry(const Shape& x, const Shape& w, const ops::Conv2DAttrs& a) {
-  ops::AxisPadding ph = ops::axis_padding(x[2], w[2], a.strides[0], a.padding);
-  ops::AxisPadding pw = ops::axis_padding(x[3], w[3], a.strides[1], a.padding);
-  return {{a.strides[0], a.strides[1]}, {ph.before, pw.before}, {ph.after, pw.after}};
+  const auto [ph, pw] = ops::conv_padding(x, w, a);
+  return {{a.strides[0], a.strides[1]},
+          {a.dilations[0] - 1, a.dilations[1] - 1},
+          {ph.before, pw.before},
+          {ph.after, pw.after}};
+}
+
+// The filter (K, C / G, KH, KW) as oneDNN sees it: with groups, (G, K / G, C / G, KH, KW), the
+// same bytes when plain (to_layout and the reorder take either shape).
+memory::desc filter_md(const Shape& w, const ops::Conv2DAttrs& a,
+                       memory::data_type type = memory::data_type::f32) {
+  if (a.groups == 1) return any_md(w, type);
+  return memory::desc({a.groups, w[0] / a.groups, w[1], w[2], w[3]}, type, tag::any);
 }
 
 // The algorithm of the convolution of x by w, for its three passes: oneDNN 2.6's Winograd
@@ -88,12 +99,13 @@ dnnl::convolution_forward::primitive_desc forward_pd(const Shape& x, const Shape
       conv_algorithm(x, w, a, type),
       [&](dnnl::algorithm alg) -> dnnl::convolution_forward::primitive_desc {
         if (bias > 0)
-          return {dnnl::convolution_forward::desc(prop, alg, any_md(x, type), any_md(w, type),
+          return {dnnl::convolution_forward::desc(prop, alg, any_md(x, type), filter_md(w, a, type),
                                                   plain_md(Shape{bias}), any_md(y), g.strides,
-                                                  g.padding_l, g.padding_r),
+                                                  g.dilates, g.padding_l, g.padding_r),
                   attr, engine()};
-        return {dnnl::convolution_forward::desc(prop, alg, any_md(x, type), any_md(w, type),
-                                                any_md(y), g.strides, g.padding_l, g.padding_r),
+        return {dnnl::convolution_forward::desc(prop, alg, any_md(x, type), filter_md(w, a, type),
+                                                any_md(y), g.strides, g.dilates, g.padding_l,
+                                                g.padding_r),
                 attr, engine()};
       });
 }
@@ -101,7 +113,7 @@ dnnl::convolution_forward::primitive_desc forward_pd(const Shape& x, const Shape
 }  // namespace
 
 bool is_same_3x3(const Shape& w, const ops::Conv2DAttrs& a) {
-  return w[2] == 3 && w[3] == 3 && a.strides[0] == 1 && a.strides[1] == 1 &&
+  return a.is_dense() && w[2] == 3 && w[3] == 3 && a.strides[0] == 1 && a.strides[1] == 1 &&
          a.padding == ops::Padding::same;
 }
 
@@ -381,9 +393,9 @@ KernelRegistrar conv2d_backprop_input_kernel{
             auto pd = build(node, [&] {
               ConvGeometry g = geometry(x, w, a.conv);
               return with_algorithm(conv_algorithm(x, w, a.conv, type), [&](dnnl::algorithm alg) {
-                dnnl::convolution_backward_data::desc desc(alg, any_md(xr), any_md(w, type),
-                                                           any_md(dyr, type), g.strides,
-                                                           g.padding_l, g.padding_r);
+                dnnl::convolution_backward_data::desc desc(
+                    alg, any_md(xr), filter_md(w, a.conv, type), any_md(dyr, type), g.strides,
+                    g.dilates, g.padding_l, g.padding_r);
                 return dnnl::convolution_backward_data::primitive_desc(
                     desc, user_scratchpad(), engine(), forward_pd(xr, w, dyr, a.conv, type));
               });
@@ -418,12 +430,13 @@ std::unique_ptr<Kernel> make_conv2d_backprop_filter(const Node& node,
         auto pd = build(node, [&] {
           ConvGeometry g = geometry(x, w, a.conv);
           return with_algorithm(conv_algorithm(x, w, a.conv, type), [&](dnnl::algorithm alg) {
-            auto desc = kBias ? dnnl::convolution_backward_weights::desc(
-                                    alg, any_md(xr, type), any_md(w), plain_md(db),
-                                    any_md(dyr, type), g.strides, g.padding_l, g.padding_r)
-                              : dnnl::convolution_backward_weights::desc(
-                                    alg, any_md(xr, type), any_md(w), any_md(dyr, type), g.strides,
-                                    g.padding_l, g.padding_r);
+            auto desc = kBias
+                            ? dnnl::convolution_backward_weights::desc(
+                                  alg, any_md(xr, type), filter_md(w, a.conv), plain_md(db),
+                                  any_md(dyr, type), g.strides, g.dilates, g.padding_l, g.padding_r)
+                            : dnnl::convolution_backward_weights::desc(
+                                  alg, any_md(xr, type), filter_md(w, a.conv), any_md(dyr, type),
+                                  g.strides, g.dilates, g.padding_l, g.padding_r);
             return dnnl::convolution_backward_weights::primitive_desc(
                 desc, user_scratchpad(), engine(),
                 forward_pd(xr, w, dyr, a.conv, type, kBias ? w[0] : 0));

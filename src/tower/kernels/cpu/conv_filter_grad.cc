@@ -215,7 +215,7 @@ std::unique_ptr<Kernel> make_small_filter_grad(const Node& node, const KernelCon
   const Shape& dy = node.inputs[1].shape();
   // With AVX-512, oneDNN's own kernel is faster than this one (lenet's conv1: 0.6 against 1.5 ms).
   if (cpu_isa() >= CpuIsa::avx512 || context.precision != Precision::fp32 || x[1] > 4 ||
-      w[3] > kMaxWidth)
+      w[3] > kMaxWidth || !a.conv.is_dense())
     return nullptr;
   // dy as it comes when its channels lie in runs of 8 (blocks of 8 or 16, channels last), else in
   // blocks of 8.

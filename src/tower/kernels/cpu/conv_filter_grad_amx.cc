@@ -40,7 +40,8 @@ class FilterGradAsForward : public Kernel {
     const int64_t batch = x[0];
     const int64_t rows = batch <= 64 ? batch : 64;
     if (context.precision != Precision::bf16 || !cpu_info().amx || x[1] < 16 ||
-        a.conv.strides[0] != 1 || a.conv.strides[1] != 1 || batch == 0 || batch % rows != 0)
+        !a.conv.is_dense() || a.conv.strides[0] != 1 || a.conv.strides[1] != 1 || batch == 0 ||
+        batch % rows != 0)
       return nullptr;
     KernelThreadsScope one_thread(1);  // each chunk runs on one thread
     const ops::AxisPadding ph = ops::axis_padding(x[2], w[2], 1, a.conv.padding);

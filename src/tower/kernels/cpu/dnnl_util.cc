@@ -87,6 +87,10 @@ bool is_flipped_filter(const Layout& layout) {
 
 Layout to_layout(const dnnl::memory::desc& md, const Shape& shape) {
   if (md == plain_md(shape)) return {};
+  // (a grouped filter's plain 5-D view, (G, K / G, C / G, KH, KW): the plain filter's bytes)
+  if (md.data.ndims != shape.rank() && md.data_type() == dnnl::memory::data_type::f32 &&
+      md == plain_md(Shape(md.dims())))
+    return {};
   return Layout(std::make_shared<DnnlFormat>(md));
 }
 

@@ -27,6 +27,17 @@ class ReorderKernel : public Kernel {
     }
     from_md_ = md_of(value.shape(), from);
     to_md_ = md_of(value.shape(), to);
+    // A grouped filter's layouts view it in 5-D, (G, K / G, C / G, KH, KW): a row-major side
+    // takes the other side's dimensions (the same bytes).
+    if (from_md_.data.ndims != to_md_.data.ndims) {
+      auto row_major = [](const dnnl::memory::desc& md, const dnnl::memory::desc& as) {
+        return md == plain_md(Shape(md.dims()), md.data_type())
+                   ? plain_md(Shape(as.dims()), md.data_type())
+                   : md;
+      };
+      from_md_ = row_major(from_md_, to_md_);
+      to_md_ = row_major(to_md_, from_md_);
+    }
     if (value.shape().numel() == 0) return;  // nothing to convert (oneDNN skips empty tensors)
     if (is_flipped_filter(to)) {
       TOWER_CHECK_MSG(from.is_plain() && value.shape().rank() == 4, "flips only a plain filter");

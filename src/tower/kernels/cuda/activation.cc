@@ -24,10 +24,12 @@ KernelFactory backward(Backward launch) {  // inputs (dy, y)
 }
 
 KernelRegistrar relu{"Relu", DeviceKind::cuda, forward(launch_relu)};
+KernelRegistrar relu6{"Relu6", DeviceKind::cuda, forward(launch_relu6)};
 KernelRegistrar elu{"Elu", DeviceKind::cuda, forward(launch_elu)};
 KernelRegistrar sigmoid{"Sigmoid", DeviceKind::cuda, forward(launch_sigmoid)};
 KernelRegistrar tanh_kernel{"Tanh", DeviceKind::cuda, forward(launch_tanh)};
 KernelRegistrar relu_grad{"ReluGrad", DeviceKind::cuda, backward(launch_relu_grad)};
+KernelRegistrar relu6_grad{"Relu6Grad", DeviceKind::cuda, backward(launch_relu6_grad)};
 KernelRegistrar elu_grad{"EluGrad", DeviceKind::cuda, backward(launch_elu_grad)};
 KernelRegistrar sigmoid_grad{"SigmoidGrad", DeviceKind::cuda, backward(launch_sigmoid_grad)};
 KernelRegistrar tanh_grad{"TanhGrad", DeviceKind::cuda, backward(launch_tanh_grad)};

@@ -8,6 +8,9 @@ namespace {
 struct Relu {
   __device__ float operator()(float x) const { return x > 0.0f ? x : 0.0f; }
 };
+struct Relu6 {
+  __device__ float operator()(float x) const { return fminf(fmaxf(x, 0.0f), 6.0f); }
+};
 struct Elu {
   __device__ float operator()(float x) const { return x > 0.0f ? x : expm1f(x); }
 };
@@ -20,6 +23,9 @@ struct Tanh {
 // (dy, y) -> dx
 struct ReluGrad {
   __device__ float operator()(float dy, float y) const { return y > 0.0f ? dy : 0.0f; }
+};
+struct Relu6Grad {
+  __device__ float operator()(float dy, float y) const { return y > 0.0f && y < 6.0f ? dy : 0.0f; }
 };
 struct EluGrad {
   __device__ float operator()(float dy, float y) const { return y > 0.0f ? dy : dy * (y + 1.0f); }
@@ -36,6 +42,9 @@ struct TanhGrad {
 void launch_relu(const float* x, float* y, int64_t n, cudaStream_t stream) {
   launch_items(map_kernel<Relu>, n, stream, x, y, n, Relu{});
 }
+void launch_relu6(const float* x, float* y, int64_t n, cudaStream_t stream) {
+  launch_items(map_kernel<Relu6>, n, stream, x, y, n, Relu6{});
+}
 void launch_elu(const float* x, float* y, int64_t n, cudaStream_t stream) {
   launch_items(map_kernel<Elu>, n, stream, x, y, n, Elu{});
 }
@@ -47,6 +56,9 @@ void launch_tanh(const float* x, float* y, int64_t n, cudaStream_t stream) {
 }
 void launch_relu_grad(const float* dy, const float* y, float* dx, int64_t n, cudaStream_t stream) {
   launch_items(zip_kernel<ReluGrad>, n, stream, dy, y, dx, n, ReluGrad{});
+}
+void launch_relu6_grad(const float* dy, const float* y, float* dx, int64_t n, cudaStream_t stream) {
+  launch_items(zip_kernel<Relu6Grad>, n, stream, dy, y, dx, n, Relu6Grad{});
 }
 void launch_elu_grad(const float* dy, const float* y, float* dx, int64_t n, cudaStream_t stream) {
   launch_items(zip_kernel<EluGrad>, n, stream, dy, y, dx, n, EluGrad{});

@@ -39,8 +39,7 @@ class ConvKernel : public Kernel {
          : mode == Mode::backward_data ? node.inputs[0].shape()
                                        : node.attr<ops::Conv2DBackpropAttrs>().shape;
     y_ = mode == Mode::forward ? node.outputs[0].shape : node.inputs[1].shape();
-    const ops::AxisPadding ph = ops::axis_padding(x_[2], w_[2], attrs.strides[0], attrs.padding);
-    const ops::AxisPadding pw = ops::axis_padding(x_[3], w_[3], attrs.strides[1], attrs.padding);
+    const auto [ph, pw] = ops::conv_padding(x_, w_, attrs);
     explicit_pad_ = ph.before != ph.after || pw.before != pw.after;
     top_ = ph.before;
     left_ = pw.before;
@@ -70,8 +69,10 @@ class ConvKernel : public Kernel {
                                                 dim(w_[1]), dim(w_[2]), dim(w_[3])));
     TOWER_CUDA_CHECK(cudnnSetConvolution2dDescriptor(
         conv_desc_, explicit_pad_ ? 0 : dim(ph.before), explicit_pad_ ? 0 : dim(pw.before),
-        dim(attrs.strides[0]), dim(attrs.strides[1]), 1, 1, CUDNN_CROSS_CORRELATION,
-        CUDNN_DATA_FLOAT));
+        dim(attrs.strides[0]), dim(attrs.strides[1]), dim(attrs.dilations[0]),
+        dim(attrs.dilations[1]), CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    // (the filter descriptor is (K, C / groups, KH, KW), as the filter is)
+    TOWER_CUDA_CHECK(cudnnSetConvolutionGroupCount(conv_desc_, dim(attrs.groups)));
     TOWER_CUDA_CHECK(
         cudnnSetConvolutionMathType(conv_desc_, bf16_ ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
     choose_algorithm();

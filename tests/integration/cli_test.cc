@@ -264,6 +264,8 @@ TEST(CliInfoTest, DevicesModelsVersion) {
   auto models = run_tower("models");
   EXPECT_EQ(models.exit_code, 0);
   EXPECT_TRUE(contains(models.output, "1068298")) << models.output;
+  // torchvision's count for resnet50 with ImageNet's classes
+  EXPECT_TRUE(contains(models.output, "25557032 (1,000)")) << models.output;
   auto version = run_tower("--version");
   EXPECT_EQ(version.exit_code, 0);
   EXPECT_TRUE(contains(version.output, "tower ")) << version.output;

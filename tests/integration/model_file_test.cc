@@ -51,6 +51,22 @@ TEST(ModelFileCliTest, ExampleFilesTrainToTheBitsOfTheBuiltInModels) {
     EXPECT_EQ(inspect.exit_code, 0) << inspect.output;
     EXPECT_TRUE(contains(inspect.output, "model_file")) << inspect.output;
   }
+  // The ImageNet models, on 32x32 images (they train at any size), one step (resnet34 has
+  // resnet18's blocks).
+  for (const std::string model : {"resnet18", "resnet50", "mobilenet_v2"}) {
+    SCOPED_TRACE(model);
+    const std::string flags = " --data cifar10:" + (tmp / "cifar") +
+                              " --batch_size 4 --max_steps 1 --log_every 1 --precise_bn off";
+    const std::string file = std::string(TOWER_SOURCE_DIR) + "/examples/models/" + model + ".json";
+    auto builtin = run_tower("train --model " + model + flags + " --train_dir " + (tmp / model));
+    ASSERT_EQ(builtin.exit_code, 0) << builtin.output;
+    const std::string dir = tmp / (model + "_file");
+    auto from_file = run_tower("train --model_file " + file + flags + " --train_dir " + dir);
+    ASSERT_EQ(from_file.exit_code, 0) << from_file.output;
+    auto x = testing::checkpoint_tensors(tmp / model, 1), y = testing::checkpoint_tensors(dir, 1);
+    ASSERT_EQ(x.size(), y.size());
+    for (const auto& [name, bits] : x) EXPECT_TRUE(y[name] == bits) << name;
+  }
 }
 
 TEST(ModelFileCliTest, BenchTakesAModelFileAndBadFilesAreOneLine) {

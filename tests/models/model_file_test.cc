@@ -43,7 +43,8 @@ Built build(const ModelDef& model, Mode mode) {
 }
 
 TEST(ModelFileTest, ExampleFilesDescribeTheBuiltInModels) {
-  for (const std::string name : {"lenet", "cifar10", "resnet20"}) {
+  for (const std::string name :
+       {"lenet", "cifar10", "resnet20", "resnet18", "resnet34", "resnet50", "mobilenet_v2"}) {
     SCOPED_TRACE(name);
     const ModelDef file = parse_model_file(read_example(name), name + ".json");
     const ModelDef& builtin = get_model(name);
@@ -103,7 +104,7 @@ TEST(ModelFileTest, EveryBadFileIsOneErrorNamingTheLayerAndTheKey) {
        {"layer 0 (c)", "no key 'kernal'", "kernel"}},
       {head + R"({"type": "conv2d", "name": "c", "filters": 4, "padding": "full"}, )" + logits +
            "]}",
-       {"key 'padding'", "\"same\" or \"valid\""}},
+       {"key 'padding'", "\"same\", \"valid\" or the pixels on each side"}},
       {head + R"({"type": "conv2d", "name": "c", "filters": 4, "activation": "gelu"}, )" + logits +
            "]}",
        {"key 'activation'", "relu"}},

@@ -19,9 +19,20 @@ TEST(ModelsTest, Cifar10HasTheTutorialParameterCount) {
   EXPECT_EQ(count_parameters(get_model("cifar10"), Shape{3, 24, 24}, 10), 1068298);
 }
 
+// torchvision's parameter counts for 1,000 classes, to the parameter (its architectures exactly).
+TEST(ModelsTest, ImageNetModelsHaveTorchvisionsParameterCounts) {
+  const std::pair<const char*, int64_t> expected[] = {{"resnet18", 11689512},
+                                                      {"resnet34", 21797672},
+                                                      {"resnet50", 25557032},
+                                                      {"mobilenet_v2", 3504872}};
+  for (const auto& [name, count] : expected)
+    EXPECT_EQ(count_parameters(get_model(name), Shape{3, 224, 224}, 1000), count) << name;
+}
+
 TEST(ModelsTest, RegistryListsEveryModelAndRejectsUnknownOnes) {
   auto names = model_names();
-  for (const char* name : {"cifar10", "lenet", "mlp", "resnet20"})
+  for (const char* name :
+       {"cifar10", "lenet", "mlp", "resnet20", "resnet18", "resnet34", "resnet50", "mobilenet_v2"})
     EXPECT_NE(std::find(names.begin(), names.end(), name), names.end()) << name;
   try {
     get_model("vgg");

@@ -34,6 +34,11 @@ Conv2DAttrs attrs_of(std::array<int64_t, 2> strides, Padding padding, int64_t gr
   a.dilations = dilations;
   return a;
 }
+Conv2DAttrs given(std::array<int64_t, 2> strides, std::array<int64_t, 2> pads, int64_t groups = 1) {
+  Conv2DAttrs a = attrs_of(strides, Padding::given, groups);
+  a.pads = pads;
+  return a;
+}
 
 // Odd sizes, strides that do not divide the input, even filters (asymmetric SAME padding).
 const ConvCase kCases[] = {
@@ -50,6 +55,12 @@ const ConvCase kCases[] = {
     {{1, 3, 6, 8}, {6, 1, 3, 3}, attrs_of({1, 1}, Padding::valid, 3)},
     {{2, 3, 9, 8}, {4, 3, 3, 2}, attrs_of({1, 2}, Padding::same, 1, {2, 3})},
     {{2, 4, 9, 9}, {4, 1, 3, 3}, attrs_of({2, 1}, Padding::valid, 4, {2, 2})},
+    // given pads (torchvision's): 7x7 stride 2 pad 3 on an even input, 3x3 stride 2 pad 1
+    // (SAME pads 0 before), 1x1 stride 2, and a depthwise one
+    {{2, 3, 10, 8}, {4, 3, 7, 7}, given({2, 2}, {3, 3})},
+    {{2, 4, 8, 8}, {6, 4, 3, 3}, given({2, 2}, {1, 1})},
+    {{2, 4, 8, 7}, {6, 4, 1, 1}, given({2, 2}, {0, 0})},
+    {{2, 6, 8, 8}, {6, 1, 3, 3}, given({2, 2}, {1, 1}, 6)},
 };
 
 TEST(Conv2DTest, AxisPaddingFollowsTensorFlow) {

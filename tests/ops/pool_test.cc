@@ -33,6 +33,11 @@ const PoolCase kCases[] = {
     // Windows side by side that cover the plane: MaxPoolGrad writes dx without zeroing it first.
     {{2, 16, 8, 6}, {{2, 2}, {2, 2}, Padding::valid}},
     {{1, 32, 4, 6}, {{2, 2}, {2, 2}, Padding::same}},
+    // Given pads on both sides (torchvision's 3x3 stride-2 max pooling with padding 1), plain
+    // and in channel blocks, the last window short of the end.
+    {{2, 3, 8, 9}, {{3, 3}, {2, 2}, Padding::given, {1, 1}}},
+    {{2, 16, 8, 7}, {{3, 3}, {2, 2}, Padding::given, {1, 1}}},
+    {{1, 16, 6, 6}, {{2, 3}, {1, 2}, Padding::given, {1, 0}}},
 };
 
 Value pool(const Scope& s, Value x, const PoolAttrs& a, bool is_max) {

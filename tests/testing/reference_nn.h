@@ -64,8 +64,7 @@ inline Tensor bias_add_reference(const Tensor& x, const Tensor& b) {
 // Max over the window's real elements, or their mean (padding is never counted).
 inline Tensor pool_reference(const Tensor& x, const ops::PoolAttrs& a, bool is_max) {
   const Shape& xs = x.shape();
-  ops::AxisPadding ph = ops::axis_padding(xs[2], a.ksize[0], a.strides[0], a.padding);
-  ops::AxisPadding pw = ops::axis_padding(xs[3], a.ksize[1], a.strides[1], a.padding);
+  const auto [ph, pw] = ops::pool_padding(xs, a);
   Tensor y(Shape{xs[0], xs[1], ph.out, pw.out}, DType::f32);
   const float* xp = x.data<float>();
   float* yp = y.data<float>();

@@ -74,16 +74,23 @@ class Keys {
     if (!v.is_boolean()) bad(key, v, "true or false");
     return v.get<bool>();
   }
-  ops::Padding padding(ops::Padding fallback) const {
+  // "same", "valid", or a whole number: that many pixels on each side (`pads`; PyTorch's).
+  ops::Padding padding(ops::Padding fallback, int64_t& pads) const {
+    pads = 0;
     if (!has("padding")) return fallback;
-    const std::string p = text("padding", std::nullopt);
-    if (p != "same" && p != "valid") bad("padding", get("padding"), "\"same\" or \"valid\"");
+    if (get("padding").is_number()) {
+      pads = whole("padding", std::nullopt, 0);
+      return ops::Padding::given;
+    }
+    const std::string p = get("padding").is_string() ? get("padding").get<std::string>() : "";
+    if (p != "same" && p != "valid")
+      bad("padding", get("padding"), "\"same\", \"valid\" or the pixels on each side (0 or more)");
     return p == "same" ? ops::Padding::same : ops::Padding::valid;
   }
   nn::Activation activation() const {
     if (!has("activation")) return nn::Activation::none;
     auto a = nn::parse_activation(text("activation", std::nullopt));
-    if (!a) bad("activation", get("activation"), "one of none, relu, elu, sigmoid, tanh");
+    if (!a) bad("activation", get("activation"), "one of none, relu, relu6, elu, sigmoid, tanh");
     return *a;
   }
   // "he_normal", "glorot_uniform", "zeros", "ones", or {"truncated_normal" | "normal": stddev},
@@ -127,12 +134,15 @@ nn::BatchNorm bn_options(Keys& k) {
 
 // `depthwise`: no filters (the layer's input channels times the multiplier).
 nn::Conv2D conv_options(Keys& k, bool depthwise = false) {
+  int64_t pads = 0;
+  const ops::Padding padding = k.padding(ops::Padding::same, pads);
   return nn::Conv2D{.filters = depthwise ? 0 : k.whole("filters", std::nullopt),
                     .kernel = k.whole("kernel", 3),
                     .stride = k.whole("stride", 1),
                     .groups = depthwise ? 1 : k.whole("groups", 1),
                     .dilation = k.whole("dilation", 1),
-                    .padding = k.padding(ops::Padding::same),
+                    .padding = padding,
+                    .pads = pads,
                     .activation = k.activation(),
                     .bias = k.flag("bias", true),
                     .init = k.init("init", Initializer::he_normal()),
@@ -141,9 +151,51 @@ nn::Conv2D conv_options(Keys& k, bool depthwise = false) {
 }
 
 nn::Pool pool_options(Keys& k) {
+  int64_t pads = 0;
+  const ops::Padding padding = k.padding(ops::Padding::valid, pads);
   return nn::Pool{.size = k.whole("size", 2),
                   .stride = k.whole("stride", 0, 0),
-                  .padding = k.padding(ops::Padding::valid)};
+                  .padding = padding,
+                  .pads = pads};
+}
+
+// The blocks (residual, bottleneck, inverted_residual), or nothing for another type.
+std::optional<Step> block_layer(Keys& k, const std::string& type, const std::string& name) {
+  if (type == "residual") {
+    k.only({"type", "name", "filters", "stride", "padding", "weight_decay", "momentum", "epsilon"});
+    // "padding": 1 pads the 3x3 convolutions as torchvision does
+    int64_t pads = 0;
+    const ops::Padding padding = k.padding(ops::Padding::same, pads);
+    if (padding == ops::Padding::valid || (padding == ops::Padding::given && pads != 1))
+      k.bad("padding", k.get("padding"), "\"same\" or 1");
+    nn::Residual o{.filters = k.whole("filters", std::nullopt),
+                   .stride = k.whole("stride", 1),
+                   .weight_decay = k.number("weight_decay", 0, 0, 1e30f, Keys::Upper::included),
+                   .batch_norm = bn_options(k),
+                   .padding = padding};
+    return [name, o](const Scope& s, Value x, Context& c) {
+      return nn::residual_block(s, name, x, c.mode, c.updates, o);
+    };
+  }
+  if (type == "bottleneck" || type == "inverted_residual") {
+    k.only(
+        {"type", "name", "filters", "stride", "expansion", "weight_decay", "momentum", "epsilon"});
+    const bool bottleneck = type == "bottleneck";
+    const int64_t filters = k.whole("filters", std::nullopt), stride = k.whole("stride", 1),
+                  expansion = k.whole("expansion", bottleneck ? 4 : 6);
+    const float wd = k.number("weight_decay", 0, 0, 1e30f, Keys::Upper::included);
+    const nn::BatchNorm bn = bn_options(k);
+    if (bottleneck)
+      return [name, o = nn::Bottleneck{filters, stride, expansion, wd, bn}](const Scope& s, Value x,
+                                                                            Context& c) {
+        return nn::bottleneck_block(s, name, x, c.mode, c.updates, o);
+      };
+    return [name, o = nn::InvertedResidual{filters, stride, expansion, wd, bn}](
+               const Scope& s, Value x, Context& c) {
+      return nn::inverted_residual_block(s, name, x, c.mode, c.updates, o);
+    };
+  }
+  return std::nullopt;
 }
 
 // The layers with variables (they need a name), or nothing for another type.
@@ -192,17 +244,7 @@ std::optional<Step> layer_with_variables(Keys& k, const std::string& type,
       return nn::batch_norm(s, name, x, c.mode, c.updates, bn);
     };
   }
-  if (type == "residual") {
-    k.only({"type", "name", "filters", "stride", "weight_decay", "momentum", "epsilon"});
-    nn::Residual o{.filters = k.whole("filters", std::nullopt),
-                   .stride = k.whole("stride", 1),
-                   .weight_decay = k.number("weight_decay", 0, 0, 1e30f, Keys::Upper::included),
-                   .batch_norm = bn_options(k)};
-    return [name, o](const Scope& s, Value x, Context& c) {
-      return nn::residual_block(s, name, x, c.mode, c.updates, o);
-    };
-  }
-  return std::nullopt;
+  return block_layer(k, type, name);
 }
 
 // The layers without variables, or nothing for another type.
@@ -251,14 +293,16 @@ Step parse_layer(const Json& layer, size_t i, const std::string& origin) {
   Keys k(layer, origin, where);
   const std::string type = k.text("type", std::nullopt);
   const bool named = type == "conv2d" || type == "depthwise_conv2d" || type == "conv_bn" ||
-                     type == "dense" || type == "batch_norm" || type == "residual";
+                     type == "dense" || type == "batch_norm" || type == "residual" ||
+                     type == "bottleneck" || type == "inverted_residual";
   const std::string name =
       k.text("name", named ? std::nullopt : std::optional(type + std::to_string(i)));
   if (std::optional<Step> step = layer_with_variables(k, type, name)) return *step;
   if (std::optional<Step> step = layer_without_variables(k, type, name)) return *step;
   k.bad("type", k.get("type"),
-        "one of conv2d, depthwise_conv2d, conv_bn, dense, batch_norm, residual, max_pool, "
-        "avg_pool, global_avg_pool, flatten, dropout, lrn, relu, relu6, elu, sigmoid, tanh");
+        "one of conv2d, depthwise_conv2d, conv_bn, dense, batch_norm, residual, bottleneck, "
+        "inverted_residual, max_pool, avg_pool, global_avg_pool, flatten, dropout, lrn, relu, "
+        "relu6, elu, sigmoid, tanh");
 }
 
 Recipe parse_recipe(const Json& json, const std::string& origin) {

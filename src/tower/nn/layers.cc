@@ -63,7 +63,7 @@ Value conv2d(const Scope& scope, const std::string& name, Value x, const Conv2D&
   Value w = variable_with_weight_decay(s, "weights",
                                        Shape{o.filters, channels / o.groups, o.kernel, o.kernel},
                                        o.init, o.weight_decay);
-  ops::Conv2DAttrs attrs{{o.stride, o.stride}, o.padding};
+  ops::Conv2DAttrs attrs{{o.stride, o.stride}, o.padding, {o.pads, o.pads}};
   attrs.groups = o.groups;
   attrs.dilations = {o.dilation, o.dilation};
   Value y = ops::conv2d(s, x, w, attrs);
@@ -117,7 +117,7 @@ Value batch_norm(const Scope& scope, const std::string& name, Value x, Mode mode
 namespace {
 ops::PoolAttrs pool_attrs(const Pool& o) {
   const int64_t stride = o.stride > 0 ? o.stride : o.size;
-  return {{o.size, o.size}, {stride, stride}, o.padding};
+  return {{o.size, o.size}, {stride, stride}, o.padding, {o.pads, o.pads}};
 }
 }  // namespace
 
@@ -152,7 +152,12 @@ Value conv_bn(const Scope& scope, const std::string& name, Value x, Mode mode,
 Value residual_block(const Scope& scope, const std::string& name, Value x, Mode mode,
                      std::vector<Value>& updates, const Residual& o) {
   const Scope s = scope.variable_scope(name);
-  const Conv2D conv{.filters = o.filters, .kernel = 3, .weight_decay = o.weight_decay};
+  const bool given = o.padding == ops::Padding::given;
+  const Conv2D conv{.filters = o.filters,
+                    .kernel = 3,
+                    .padding = o.padding,
+                    .pads = given ? 1 : 0,
+                    .weight_decay = o.weight_decay};
   Conv2D first = conv;
   first.stride = o.stride;
   first.activation = Activation::relu;
@@ -163,9 +168,71 @@ Value residual_block(const Scope& scope, const std::string& name, Value x, Mode 
     Conv2D projection = conv;
     projection.kernel = 1;
     projection.stride = o.stride;
+    projection.pads = 0;
     shortcut = conv_bn(s, "shortcut", x, mode, updates, projection, o.batch_norm);
   }
   return ops::relu(s, ops::add(s, h, shortcut));
+}
+
+Value bottleneck_block(const Scope& scope, const std::string& name, Value x, Mode mode,
+                       std::vector<Value>& updates, const Bottleneck& o) {
+  const Scope s = scope.variable_scope(name);
+  if (o.filters <= 0 || o.stride <= 0 || o.expansion <= 0)
+    fail("layer '{}': filters, stride and expansion must be > 0, got {}, {} and {}", name,
+         o.filters, o.stride, o.expansion);
+  const Conv2D one{.filters = o.filters,
+                   .kernel = 1,
+                   .activation = Activation::relu,
+                   .weight_decay = o.weight_decay};
+  Conv2D three = one;
+  three.kernel = 3;
+  three.stride = o.stride;
+  three.padding = ops::Padding::given;
+  three.pads = 1;
+  Conv2D last = one;
+  last.filters = o.filters * o.expansion;
+  last.activation = Activation::none;
+  Value h = conv_bn(s, "conv1", x, mode, updates, one, o.batch_norm);
+  h = conv_bn(s, "conv2", h, mode, updates, three, o.batch_norm);
+  h = conv_bn(s, "conv3", h, mode, updates, last, o.batch_norm);
+  Value shortcut = x;
+  if (o.stride != 1 || x.shape()[1] != last.filters) {
+    Conv2D projection = last;
+    projection.stride = o.stride;
+    shortcut = conv_bn(s, "shortcut", x, mode, updates, projection, o.batch_norm);
+  }
+  return ops::relu(s, ops::add(s, h, shortcut));
+}
+
+Value inverted_residual_block(const Scope& scope, const std::string& name, Value x, Mode mode,
+                              std::vector<Value>& updates, const InvertedResidual& o) {
+  const Scope s = scope.variable_scope(name);
+  if (o.filters <= 0 || o.stride <= 0 || o.expansion <= 0)
+    fail("layer '{}': filters, stride and expansion must be > 0, got {}, {} and {}", name,
+         o.filters, o.stride, o.expansion);
+  const int64_t channels = x.shape()[1];
+  Value h = x;
+  if (o.expansion != 1)
+    h = conv_bn(s, "expand", h, mode, updates,
+                {.filters = channels * o.expansion,
+                 .kernel = 1,
+                 .activation = Activation::relu6,
+                 .weight_decay = o.weight_decay},
+                o.batch_norm);
+  h = conv_bn(s, "depthwise", h, mode, updates,
+              {.filters = h.shape()[1],
+               .kernel = 3,
+               .stride = o.stride,
+               .groups = h.shape()[1],
+               .padding = ops::Padding::given,
+               .pads = 1,
+               .activation = Activation::relu6,
+               .weight_decay = o.weight_decay},
+              o.batch_norm);
+  h = conv_bn(s, "project", h, mode, updates,
+              {.filters = o.filters, .kernel = 1, .weight_decay = o.weight_decay}, o.batch_norm);
+  if (o.stride == 1 && channels == o.filters) h = ops::add(s, h, x);
+  return h;
 }
 
 }  // namespace tower::nn

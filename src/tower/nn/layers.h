@@ -44,6 +44,7 @@ struct Conv2D {
   int64_t groups = 1;
   int64_t dilation = 1;
   ops::Padding padding = ops::Padding::same;
+  int64_t pads = 0;  // each side's, with Padding::given (PyTorch's padding)
   Activation activation = Activation::none;
   bool bias = true;
   Initializer init = Initializer::he_normal();
@@ -82,6 +83,7 @@ struct Pool {
   int64_t size = 2;
   int64_t stride = 0;
   ops::Padding padding = ops::Padding::valid;
+  int64_t pads = 0;  // each side's, with Padding::given
 };
 Value max_pool(const Scope& scope, const std::string& name, Value x, const Pool& options = {});
 Value avg_pool(const Scope& scope, const std::string& name, Value x, const Pool& options = {});
@@ -97,15 +99,45 @@ Value lrn(const Scope& scope, const std::string& name, Value x, const ops::LRNAt
 // The ResNet basic block (v1): conv 3x3 (stride) - batch norm - ReLU - conv 3x3 - batch norm, plus
 // the input (through a 1x1 convolution with batch norm, "<name>/shortcut", when the stride or the
 // channels change), then ReLU. Its convolutions are "<name>/conv1" and "<name>/conv2", without
-// biases, each with its batch norm's variables in the same scope.
+// biases, each with its batch norm's variables in the same scope. `padding` given: the 3x3
+// convolutions pad 1 pixel on each side, as torchvision's (SAME pads 0 before a stride of 2).
 struct Residual {
   int64_t filters = 0;
   int64_t stride = 1;
   float weight_decay = 0.0f;
   BatchNorm batch_norm;
+  ops::Padding padding = ops::Padding::same;
 };
 Value residual_block(const Scope& scope, const std::string& name, Value x, Mode mode,
                      std::vector<Value>& updates, const Residual& options);
+
+// ResNet's bottleneck block, v1.5 (torchvision's: the stride on the 3x3): conv 1x1 (filters) - BN
+// - ReLU - conv 3x3 (stride, 1 pixel of padding) - BN - ReLU - conv 1x1 (expansion x filters) -
+// BN, plus the input (through "<name>/shortcut", a 1x1 convolution with the stride and BN, where
+// the stride or the channels change), then ReLU. Convolutions "<name>/conv1" to "<name>/conv3".
+struct Bottleneck {
+  int64_t filters = 0;
+  int64_t stride = 1;
+  int64_t expansion = 4;
+  float weight_decay = 0.0f;
+  BatchNorm batch_norm;
+};
+Value bottleneck_block(const Scope& scope, const std::string& name, Value x, Mode mode,
+                       std::vector<Value>& updates, const Bottleneck& options);
+
+// MobileNetV2's inverted residual: conv 1x1 to expansion x the input's channels - BN - ReLU6
+// ("<name>/expand", none when the expansion is 1), depthwise 3x3 (stride, 1 pixel of padding) -
+// BN - ReLU6 ("<name>/depthwise"), conv 1x1 to `filters` - BN, linear ("<name>/project"); plus
+// the input where the stride is 1 and the channels stay.
+struct InvertedResidual {
+  int64_t filters = 0;
+  int64_t stride = 1;
+  int64_t expansion = 6;
+  float weight_decay = 0.0f;
+  BatchNorm batch_norm;
+};
+Value inverted_residual_block(const Scope& scope, const std::string& name, Value x, Mode mode,
+                              std::vector<Value>& updates, const InvertedResidual& options);
 // A convolution (no bias) followed by batch norm, both in the variable scope `name`: ResNet's
 // unit. `options.activation` applies after the batch norm.
 Value conv_bn(const Scope& scope, const std::string& name, Value x, Mode mode,

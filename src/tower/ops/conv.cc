@@ -16,6 +16,23 @@ void check_attrs(const Node& n, const Conv2DAttrs& a) {
     fail_node(n,
               fmt::format("dilations must be >= 1, got ({}, {})", a.dilations[0], a.dilations[1]));
   if (a.groups < 1) fail_node(n, fmt::format("groups must be >= 1, got {}", a.groups));
+  if (a.pads[0] < 0 || a.pads[1] < 0)
+    fail_node(n, fmt::format("pads must be >= 0, got ({}, {})", a.pads[0], a.pads[1]));
+}
+
+// Given pads that are what SAME pads on this input become SAME, so that the kernels made for
+// SAME convolutions (Winograd, the adjoint) serve torchvision's layers too.
+Conv2DAttrs canonical(const Shape& x, const Shape& w, Conv2DAttrs a) {
+  if (a.padding != Padding::given || x.rank() != 4 || w.rank() != 4) return a;
+  Conv2DAttrs same = a;
+  same.padding = Padding::same;
+  same.pads = {0, 0};
+  const auto [gh, gw] = conv_padding(x, w, a);
+  const auto [sh, sw] = conv_padding(x, w, same);
+  const auto equal = [](const AxisPadding& p, const AxisPadding& q) {
+    return p.out == q.out && p.before == q.before && p.after == q.after;
+  };
+  return equal(gh, sh) && equal(gw, sw) ? same : a;
 }
 
 // The output shape of conv2d(x, w), or a message naming the mismatch.
@@ -41,7 +58,7 @@ Shape conv_output(const Node& n, const Shape& x, const Shape& w, const Conv2DAtt
                        a.dilations == std::array<int64_t, 2>{1, 1}
                            ? ""
                            : fmt::format(" dilated by ({}, {})", a.dilations[0], a.dilations[1]),
-                       x[2], x[3], a.padding == Padding::same ? "SAME" : "VALID"));
+                       x[2], x[3], padding_name(a.padding, a.pads)));
   return Shape{x[0], w[0], ph.out, pw.out};
 }
 
@@ -94,20 +111,29 @@ OpRegistrar conv2d_backprop_filter_op{{"Conv2DBackpropFilter", [](const Node& n)
 
 }  // namespace
 
-AxisPadding axis_padding(int64_t in, int64_t k, int64_t stride, Padding padding) {
+AxisPadding axis_padding(int64_t in, int64_t k, int64_t stride, Padding padding, int64_t pad) {
   if (padding == Padding::valid) return {(in - k + stride) / stride, 0, 0};
+  if (padding == Padding::given) {
+    const int64_t span = in + 2 * pad - k;
+    return {span < 0 ? 0 : span / stride + 1, pad, pad};
+  }
   int64_t out = (in + stride - 1) / stride;
   int64_t total = std::max<int64_t>((out - 1) * stride + k - in, 0);
   return {out, total / 2, total - total / 2};
 }
 
+std::string padding_name(Padding padding, std::array<int64_t, 2> pads) {
+  if (padding == Padding::given) return fmt::format("pads ({}, {})", pads[0], pads[1]);
+  return padding == Padding::same ? "SAME" : "VALID";
+}
+
 std::array<AxisPadding, 2> conv_padding(const Shape& x, const Shape& w, const Conv2DAttrs& a) {
-  return {axis_padding(x[2], (w[2] - 1) * a.dilations[0] + 1, a.strides[0], a.padding),
-          axis_padding(x[3], (w[3] - 1) * a.dilations[1] + 1, a.strides[1], a.padding)};
+  return {axis_padding(x[2], (w[2] - 1) * a.dilations[0] + 1, a.strides[0], a.padding, a.pads[0]),
+          axis_padding(x[3], (w[3] - 1) * a.dilations[1] + 1, a.strides[1], a.padding, a.pads[1])};
 }
 
 Value conv2d(const Scope& s, Value x, Value w, const Conv2DAttrs& attrs) {
-  return s.op("Conv2D", {x, w}, attrs);
+  return s.op("Conv2D", {x, w}, canonical(x.shape(), w.shape(), attrs));
 }
 
 Value conv2d_backprop_input(const Scope& s, Value w, Value dy, const Shape& x_shape,

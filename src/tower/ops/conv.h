@@ -10,11 +10,14 @@ namespace tower::ops {
 
 // SAME: out = ceil(in / stride), zero padding split as TensorFlow does (the odd pixel after).
 // VALID: no padding, out = ceil((in - k + 1) / stride).
-enum class Padding { same, valid };
+// GIVEN: the attrs' `pads` on both sides, out = floor((in + 2 pad - k) / stride) + 1 (PyTorch's
+// padding; a stride-2 layer of torchvision pads 1 before where SAME pads 0).
+enum class Padding { same, valid, given };
 
 struct Conv2DAttrs {
   std::array<int64_t, 2> strides{1, 1};
   Padding padding = Padding::same;
+  std::array<int64_t, 2> pads{0, 0};  // rows and columns on each side, with Padding::given
   // The C input and K output channels cut into `groups` groups, output group g computed from
   // input group g alone: the filter is (K, C / groups, KH, KW). groups == C == K: depthwise.
   int64_t groups = 1;
@@ -37,8 +40,11 @@ struct AxisPadding {
   int64_t before = 0;
   int64_t after = 0;
 };
-// Output size and padding for one axis; out <= 0 when a VALID window does not fit.
-AxisPadding axis_padding(int64_t in, int64_t k, int64_t stride, Padding padding);
+// Output size and padding for one axis; out <= 0 when a VALID window does not fit. `pad`: each
+// side's, with Padding::given.
+AxisPadding axis_padding(int64_t in, int64_t k, int64_t stride, Padding padding, int64_t pad = 0);
+// "SAME", "VALID" or "pads (1, 1)", for messages.
+std::string padding_name(Padding padding, std::array<int64_t, 2> pads);
 // The rows and columns of conv2d(x, w) (x NCHW, w OIHW), the filter's dilation counted.
 std::array<AxisPadding, 2> conv_padding(const Shape& x, const Shape& w, const Conv2DAttrs& attrs);
 

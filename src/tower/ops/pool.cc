@@ -13,12 +13,14 @@ Shape pool_output(const Node& n, const Shape& x, const PoolAttrs& a) {
   if (a.ksize[0] < 1 || a.ksize[1] < 1 || a.strides[0] < 1 || a.strides[1] < 1)
     fail_node(n, fmt::format("ksize ({}, {}) and strides ({}, {}) must be >= 1", a.ksize[0],
                              a.ksize[1], a.strides[0], a.strides[1]));
-  AxisPadding ph = axis_padding(x[2], a.ksize[0], a.strides[0], a.padding);
-  AxisPadding pw = axis_padding(x[3], a.ksize[1], a.strides[1], a.padding);
+  // (PyTorch's rule: a window is never all padding)
+  if (a.pads[0] < 0 || a.pads[1] < 0 || 2 * a.pads[0] > a.ksize[0] || 2 * a.pads[1] > a.ksize[1])
+    fail_node(n, fmt::format("pads ({}, {}) must be >= 0 and at most half the {}x{} window",
+                             a.pads[0], a.pads[1], a.ksize[0], a.ksize[1]));
+  const auto [ph, pw] = pool_padding(x, a);
   if (ph.out < 1 || pw.out < 1)
     fail_node(n, fmt::format("the {}x{} window gives no output on {}x{} images with {} padding",
-                             a.ksize[0], a.ksize[1], x[2], x[3],
-                             a.padding == Padding::same ? "SAME" : "VALID"));
+                             a.ksize[0], a.ksize[1], x[2], x[3], padding_name(a.padding, a.pads)));
   return Shape{x[0], x[1], ph.out, pw.out};
 }
 
@@ -68,6 +70,11 @@ OpRegistrar avg_pool_grad_op{{"AvgPoolGrad",
                               }}};
 
 }  // namespace
+
+std::array<AxisPadding, 2> pool_padding(const Shape& x, const PoolAttrs& a) {
+  return {axis_padding(x[2], a.ksize[0], a.strides[0], a.padding, a.pads[0]),
+          axis_padding(x[3], a.ksize[1], a.strides[1], a.padding, a.pads[1])};
+}
 
 Value max_pool(const Scope& s, Value x, const PoolAttrs& attrs) {
   return s.op("MaxPool", {x}, attrs);

@@ -15,7 +15,10 @@ struct PoolAttrs {
   std::array<int64_t, 2> ksize{2, 2};
   std::array<int64_t, 2> strides{2, 2};
   Padding padding = Padding::valid;
+  std::array<int64_t, 2> pads{0, 0};  // rows and columns on each side, with Padding::given
 };
+// The rows and columns of pooling x (NCHW).
+std::array<AxisPadding, 2> pool_padding(const Shape& x, const PoolAttrs& attrs);
 
 // AvgPoolGrad (input dy): the pooled input's shape, which dy alone does not determine.
 struct PoolGradAttrs {

@@ -23,11 +23,8 @@ std::string name_of(Value v) {
   return v.index == 0 ? v.node->name : fmt::format("{}:{}", v.node->name, v.index);
 }
 
-std::vector<int64_t> pads_of(const Shape& x, std::array<int64_t, 2> kernel,
-                             std::array<int64_t, 2> strides, ops::Padding padding) {
-  const ops::AxisPadding h = ops::axis_padding(x[2], kernel[0], strides[0], padding);
-  const ops::AxisPadding w = ops::axis_padding(x[3], kernel[1], strides[1], padding);
-  return {h.before, w.before, h.after, w.after};
+std::vector<int64_t> pads_of(const std::array<ops::AxisPadding, 2>& p) {
+  return {p[0].before, p[1].before, p[0].after, p[1].after};
 }
 
 // An initializer added to `onnx`; returns its name, for the node that reads it.
@@ -166,11 +163,10 @@ class Emitter {
   void conv(const Node& n) {
     const auto& a = n.attr<ops::Conv2DAttrs>();
     const Shape& w_shape = n.inputs[1].shape();
-    const auto [ph, pw] = ops::conv_padding(n.inputs[0].shape(), w_shape, a);
     std::vector<OnnxAttr> attrs{
         {"kernel_shape", std::vector<int64_t>{w_shape[2], w_shape[3]}},
         {"strides", std::vector<int64_t>{a.strides[0], a.strides[1]}},
-        {"pads", std::vector<int64_t>{ph.before, pw.before, ph.after, pw.after}}};
+        {"pads", pads_of(ops::conv_padding(n.inputs[0].shape(), w_shape, a))}};
     if (a.groups != 1) attrs.push_back({"group", a.groups});
     if (!a.is_dense())
       attrs.push_back({"dilations", std::vector<int64_t>{a.dilations[0], a.dilations[1]}});
@@ -274,10 +270,9 @@ class Emitter {
 
   void pool(const Node& n) {
     const auto& a = n.attr<ops::PoolAttrs>();
-    std::vector<OnnxAttr> attrs{
-        {"kernel_shape", std::vector<int64_t>{a.ksize[0], a.ksize[1]}},
-        {"strides", std::vector<int64_t>{a.strides[0], a.strides[1]}},
-        {"pads", pads_of(n.inputs[0].shape(), a.ksize, a.strides, a.padding)}};
+    std::vector<OnnxAttr> attrs{{"kernel_shape", std::vector<int64_t>{a.ksize[0], a.ksize[1]}},
+                                {"strides", std::vector<int64_t>{a.strides[0], a.strides[1]}},
+                                {"pads", pads_of(ops::pool_padding(n.inputs[0].shape(), a))}};
     if (n.op == "MaxPool") return simple("MaxPool", n, {in(n.inputs[0])}, attrs);
     attrs.push_back({"count_include_pad", int64_t{0}});  // divide by the real elements
     simple("AveragePool", n, {in(n.inputs[0])}, attrs);

@@ -226,8 +226,7 @@ std::unique_ptr<Kernel> make_small_filter_grad(const Node& node, const KernelCon
                                dnnl::memory::format_tag::nChw8c);
     blocks = channel_blocks(dy_md);
   }
-  const ops::AxisPadding ph = ops::axis_padding(x[2], w[2], a.conv.strides[0], a.conv.padding);
-  const ops::AxisPadding pw = ops::axis_padding(x[3], w[3], a.conv.strides[1], a.conv.padding);
+  const auto [ph, pw] = ops::conv_padding(x, w, a.conv);
   FilterGradGeometry g{.channels = x[1],
                        .height = x[2],
                        .width = x[3],

@@ -44,8 +44,7 @@ class FilterGradAsForward : public Kernel {
         batch % rows != 0)
       return nullptr;
     KernelThreadsScope one_thread(1);  // each chunk runs on one thread
-    const ops::AxisPadding ph = ops::axis_padding(x[2], w[2], 1, a.conv.padding);
-    const ops::AxisPadding pw = ops::axis_padding(x[3], w[3], 1, a.conv.padding);
+    const auto [ph, pw] = ops::conv_padding(x, w, a.conv);
     const memory::dim n = rows, ic = x[1], h = x[2], wd = x[3], oc = dy[1], oh = dy[2], ow = dy[3];
     const auto bf16 = memory::data_type::bf16;
     dnnl::convolution_forward::primitive_desc conv_pd;

@@ -51,8 +51,7 @@ Layout pooling_layout(const Shape& x, const Layout& incoming) {
 dnnl::pooling_forward::primitive_desc forward_pd(dnnl::prop_kind prop, const Shape& x,
                                                  const memory::desc& x_md, const Shape& y,
                                                  const ops::PoolAttrs& a) {
-  ops::AxisPadding ph = ops::axis_padding(x[2], a.ksize[0], a.strides[0], a.padding);
-  ops::AxisPadding pw = ops::axis_padding(x[3], a.ksize[1], a.strides[1], a.padding);
+  const auto [ph, pw] = ops::pool_padding(x, a);
   memory::desc y_md = x_md == plain_md(x) ? plain_md(y)
                                           : memory::desc(to_dims(y), memory::data_type::f32,
                                                          memory::format_tag::any);
@@ -93,8 +92,7 @@ class AvgPoolGradKernel : public Kernel {
     const ops::PoolAttrs& a = node.attr<ops::PoolGradAttrs>().pool;
     build(node, [&] {
       fwd_pd_ = forward_pd(dnnl::prop_kind::forward_training, dx, plain_md(dx), dy, a);
-      ops::AxisPadding ph = ops::axis_padding(dx[2], a.ksize[0], a.strides[0], a.padding);
-      ops::AxisPadding pw = ops::axis_padding(dx[3], a.ksize[1], a.strides[1], a.padding);
+      const auto [ph, pw] = ops::pool_padding(dx, a);
       dnnl::pooling_backward::desc desc(kAverage, plain_md(dx), fwd_pd_.dst_desc(),
                                         {a.strides[0], a.strides[1]}, {a.ksize[0], a.ksize[1]},
                                         {ph.before, pw.before}, {ph.after, pw.after});
@@ -388,8 +386,8 @@ class PoolPlaneKernel : public Kernel {
                 pooled[2],
                 pooled[3],
                 a,
-                ops::axis_padding(x[2], a.ksize[0], a.strides[0], a.padding),
-                ops::axis_padding(x[3], a.ksize[1], a.strides[1], a.padding)};
+                ops::pool_padding(x, a)[0],
+                ops::pool_padding(x, a)[1]};
     const int64_t* xs = x_blocks_.strides;
     const int64_t* ps = pooled_blocks_.strides;
 #pragma omp parallel for num_threads(team_) schedule(dynamic, 4) firstprivate(p) if (member < 0)

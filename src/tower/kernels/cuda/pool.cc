@@ -21,8 +21,7 @@ class PoolKernel : public Kernel {
         kind == Kind::avg_grad ? node.attr<ops::PoolGradAttrs>().pool : node.attr<ops::PoolAttrs>();
     // x is the pooled image: the input of the forward ops and of MaxPoolGrad, AvgPoolGrad's output.
     const Shape& x = kind == Kind::avg_grad ? node.outputs[0].shape : node.inputs[0].shape();
-    const ops::AxisPadding ph = ops::axis_padding(x[2], a.ksize[0], a.strides[0], a.padding);
-    const ops::AxisPadding pw = ops::axis_padding(x[3], a.ksize[1], a.strides[1], a.padding);
+    const auto [ph, pw] = ops::pool_padding(x, a);
     g_.planes = x[0] * x[1];
     g_.h = x[2];
     g_.w = x[3];

@@ -118,6 +118,22 @@ TEST_F(OnnxExportTest, Resnet20WithFoldedBatchNorms) {
                      "cifar10", data);
 }
 
+// torchvision's architectures at CIFAR size: given (PyTorch) padding in convolutions and max
+// pooling, bottleneck blocks (resnet50); depthwise convolutions, ReLU6 as Clip and linear
+// bottlenecks (mobilenet_v2).
+TEST_F(OnnxExportTest, Resnet50AtCifarSize) {
+  const std::string data = make_cifar10(200);
+  train_export_check("--model resnet50 --data cifar10:" + data +
+                         " --max_steps 10 --batch_size 16 --precise_bn off",
+                     "cifar10", data);
+}
+TEST_F(OnnxExportTest, MobileNetV2AtCifarSize) {
+  const std::string data = make_cifar10(200);
+  train_export_check("--model mobilenet_v2 --data cifar10:" + data +
+                         " --max_steps 10 --batch_size 16 --precise_bn off",
+                     "cifar10", data);
+}
+
 // A model file with every layer type: LRN, SAME pools, tanh/elu/sigmoid, a batch norm after an
 // activation (kept as BatchNormalization) and one on dense features, dropout (gone).
 TEST_F(OnnxExportTest, ModelFileWithEveryLayerType) {

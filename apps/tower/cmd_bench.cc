@@ -30,6 +30,7 @@ struct Flags {
   int64_t global_batch_size = 0;  // all towers and ranks; neither flag: 128
   int64_t micro_batch_size = 0;
   int threads = 0, num_devices = 1, steps = 10, windows = 5;
+  int64_t image_size = 0;  // 0: the model's input
   double bucket_mb = 25;
   ProgramFlags program;
   bool profile = false;
@@ -164,8 +165,10 @@ Measured bench_train(const Flags& flags, const ModelDef& model, const DevicePlan
   options.program = program_options(flags.program);
   options.bucket_bytes = static_cast<size_t>(flags.bucket_mb * (1 << 20));
   options.micro_batch = flags.micro_batch_size;
-  std::unique_ptr<DataParallel> towers =
-      build_towers(model, model.default_input, local_batch, 10, options);
+  std::unique_ptr<DataParallel> towers = build_towers(
+      model,
+      Shape(std::vector<int64_t>(images.shape().dims().begin() + 1, images.shape().dims().end())),
+      local_batch, 10, options);
   DataParallel& dp = *towers;
   const OptimizerConfig optimizer_config{.name = flags.optimizer};
   validate(optimizer_config);
@@ -269,6 +272,7 @@ void run_bench(Flags flags) {
   flags.global_batch_size = batches.global;
   std::vector<int64_t> dims = {local_batch};
   for (int64_t d : model.default_input.dims()) dims.push_back(d);
+  if (flags.image_size > 0) dims[2] = dims[3] = flags.image_size;
   Tensor images = random_images(Shape(dims));
   Tensor labels(Shape{local_batch}, DType::i32);
   for (int64_t i = 0; i < local_batch; ++i)
@@ -287,6 +291,7 @@ void run_bench(Flags flags) {
       {"batch_size", flags.global_batch_size / (towers * ranks)},
       {"micro_batch_size", flags.micro_batch_size},
       {"threads", cores},
+      {"image_size", dims[2]},
       {"precision", flags.program.precision},
       {"num_devices", flags.num_devices},
       {"devices", flags.devices.empty() ? "cpu" : flags.devices},
@@ -323,6 +328,9 @@ CommandRegistrar registrar{
                       "train)")
            ->check(positive);
        app.add_option("--threads", flags.threads, "Threads in all (default: all cores)");
+       app.add_option("--image_size", flags.image_size,
+                      "Square images of this size (default: the model's input)")
+           ->check(CLI::PositiveNumber);
        app.add_option("--num_devices", flags.num_devices, "Towers (train mode)")
            ->capture_default_str()
            ->check(positive);

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# torchvision's architectures, tower's built-ins against PyTorch eager (channels_last), measured
+# in the same run and interleaved: images/s of training (forward, backward, SGD with momentum) and
+# inference at batch 32, fp32, one tower, and their ratio, with peak RSS. PyTorch comes from PyPI
+# (`pip install torch torchvision`, a few GB) in the venv PYTORCH_VENV (default build/venv-torch),
+# made here when missing.
+#
+#   bench/e2e/imagenet_models_vs_pytorch.sh
+#   MODELS="resnet18 resnet50 mobilenet_v2" THREADS="2" MODES="train infer" IMAGE_SIZE=224
+#   ROUNDS=1 STEPS=3 WINDOWS=3
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+TOWER=${TOWER:-build/bin/tower}
+venv=${PYTORCH_VENV:-build/venv-torch}
+PY=$(scripts/pyenv "$venv" torch torchvision)
+size=${IMAGE_SIZE:-224}
+steps=${STEPS:-3}
+windows=${WINDOWS:-3}
+rounds=${ROUNDS:-1}
+
+field() { python3 -c "import json,sys; print(json.loads(sys.argv[1])['$2'])" "$1"; }
+median() { python3 -c 'import statistics, sys; print(statistics.median(map(float, sys.argv[1:])))' "$@"; }
+
+echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); ${size}x${size}, batch 32, fp32"
+echo "| model | mode | threads | tower img/s | PyTorch img/s | tower / PyTorch | tower MB | PyTorch MB |"
+echo "|---|---|---|---|---|---|---|---|"
+for model in ${MODELS:-resnet18 resnet50 mobilenet_v2}; do
+  for mode in ${MODES:-train infer}; do
+    for threads in ${THREADS:-2}; do
+      a=() b=() am=0 bm=0
+      for ((r = 0; r < rounds; ++r)); do
+        t=$($TOWER bench --model "$model" --mode "$mode" --threads "$threads" \
+          --global_batch_size 32 --optimizer momentum --image_size "$size" \
+          --steps "$steps" --windows "$windows" 2>/dev/null | tail -1)
+        p=$($PY bench/e2e/imagenet_models_pytorch.py --model "$model" --mode "$mode" \
+          --threads "$threads" --image_size "$size" --classes 10 --steps "$steps" --windows "$windows" | tail -1)
+        echo "# tower:   $t" >&2
+        echo "# pytorch: $p" >&2
+        a+=("$(field "$t" images_per_sec)")
+        b+=("$(field "$p" images_per_sec)")
+        am=$(field "$t" peak_rss_mb)
+        bm=$(field "$p" peak_rss_mb)
+      done
+      ta=$(median "${a[@]}")
+      pb=$(median "${b[@]}")
+      python3 -c "print(f'| $model | $mode | $threads | {$ta:.1f} | {$pb:.1f} | {$ta / $pb:.2f} | {$am:.0f} | {$bm:.0f} |')"
+    done
+  done
+done

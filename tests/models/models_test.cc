@@ -223,6 +223,31 @@ TEST(ModelsTest, ContendedModeKeepsTheBitsOfResnet20Inference) {
             resnet20_inference(ProgramOptions::Contention::on));
 }
 
+// MobileNetV2's inference: its batch norms folded into the convolutions, ReLU6 in their kernels
+// (Conv2D+FusedBatchNorm+Relu6, dense and depthwise), within f32 rounding of the kernels apart.
+TEST(ModelsTest, MobileNetV2InferenceFusedKeepsItsLogits) {
+  Graph graph;
+  Scope s(graph);
+  Value images = s.placeholder("images", Shape{4, 3, 32, 32});
+  Value logits = get_model("mobilenet_v2").build(s, images, 10, Mode::eval).logits;
+  VariableStore variables;
+  variables.initialize(graph, 5);
+  const Tensor input = separable(Shape{3, 32, 32}, 4, 4).images;
+  std::vector<float> out[2];
+  int fused_nodes[2] = {0, 0};
+  for (int fuse = 0; fuse < 2; ++fuse) {
+    Program program(graph, {logits}, variables, {Device{}, 2, true, fuse == 1});
+    program.input(images).copy_from(input);
+    program.run();
+    out[fuse] = program.output(0).to_vector<float>();
+    fused_nodes[fuse] = program.stats().fused_nodes;
+  }
+  EXPECT_GE(fused_nodes[1], 2 * 35) << "every convolution with its batch norm";
+  float scale = 0;
+  for (float v : out[0]) scale = std::max(scale, std::fabs(v));
+  for (size_t i = 0; i < out[0].size(); ++i) EXPECT_NEAR(out[0][i], out[1][i], 1e-4f * scale) << i;
+}
+
 // For `make tsan`: contended mode alone (team mode's OpenMP regions look racy to ThreadSanitizer,
 // which does not see libgomp's fork and join), twice, with the same bits each time: lenet,
 // ResNet-20 (its batch norms' channel groups as tasks), and ResNet-20's inference (the folded batch

@@ -121,6 +121,30 @@ TEST(FusionTest, InferenceBatchNormFoldsIntoTheConvolution) {
   }
 }
 
+// MobileNet's unit in inference: the batch norm folded and ReLU6 (the clip post-op) in the
+// convolution's kernel, dense or depthwise.
+TEST(FusionTest, InferenceBatchNormAndRelu6FoldIntoTheConvolution) {
+  for (int64_t groups : {1, 4}) {
+    Graph g;
+    Scope s(g);
+    Value x = s.placeholder("x", Shape{2, 4, 8, 8});
+    ops::Conv2DAttrs attrs;
+    attrs.groups = groups;
+    Value w = s.get_variable("w", Shape{4, 4 / groups, 3, 3}, Initializer::he_normal());
+    Value gamma = s.get_variable("gamma", Shape{4}, Initializer::ones());
+    Value beta = s.get_variable("beta", Shape{4}, Initializer::zeros());
+    Value mean = s.get_variable("mean", Shape{4}, Initializer::zeros(), Trainable::no);
+    Value var = s.get_variable("var", Shape{4}, Initializer::ones(), Trainable::no);
+    Value bn = ops::batch_norm(s, ops::conv2d(s, x, w, attrs), gamma, beta, mean, var,
+                               {.mode = ops::BatchNormMode::inference})
+                   .y;
+    Value y = ops::relu6(s, bn);
+    const FusionPlan plan = plan_fusion(g, all_needed(g), {y}, DeviceKind::cpu);
+    EXPECT_EQ(fused_ops(plan), (std::vector<std::string>{"Conv2D+FusedBatchNorm+Relu6"}));
+    EXPECT_EQ(plan.fused_nodes, 2);
+  }
+}
+
 // A residual block's end with a projection shortcut, in inference: both branches are folded
 // convolutions ending at the same Add; the first takes the Add and the ReLU (the other branch
 // becomes its sum input), the second folds alone.

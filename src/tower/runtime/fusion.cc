@@ -50,6 +50,7 @@ const ChainRule kChains[] = {
     {{"Conv2D", "MatMul"}, "BiasAdd", {"Relu"}, has_input},
     // A residual block's end: the shortcut added (as the convolution's sum post-op), then ReLU.
     {{"Conv2D"}, "FusedBatchNorm", {"Add", "Relu"}, folds, conv_batch_norm_attrs, true},
+    {{"Conv2D"}, "FusedBatchNorm", {"Relu6"}, folds, conv_batch_norm_attrs, true},
     {{"Conv2D"}, "FusedBatchNorm", {"Relu"}, folds, conv_batch_norm_attrs},
     // A batch norm's ReLU in the same pass (oneDNN's fused ReLU flag); its statistics go on to
     // the moving averages and the gradient.

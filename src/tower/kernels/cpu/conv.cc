@@ -94,6 +94,7 @@ dnnl::convolution_forward::primitive_desc forward_pd(const Shape& x, const Shape
   dnnl::post_ops ops;
   if (epilogue.add_output) ops.append_sum(1.0f);
   if (epilogue.relu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+  if (epilogue.relu6) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_clip_v2, 0.0f, 6.0f);
   if (ops.len() > 0) attr.set_post_ops(ops);
   return with_algorithm(
       conv_algorithm(x, w, a, type),
@@ -351,8 +352,11 @@ std::unique_ptr<Kernel> make_conv2d_with(const Node& node, const KernelContext& 
   const Shape& y = node.outputs[0].shape;
   const int64_t bias = epilogue.bias ? w[0] : 0;
   const bool kBias = epilogue.bias;
-  if (auto winograd = make_winograd_conv(node, context, epilogue)) return winograd;
-  if (auto adjoint = AdjointConv::make(node, context, epilogue)) return adjoint;
+  // (tower's own kernels apply ReLU alone)
+  if (!epilogue.relu6) {
+    if (auto winograd = make_winograd_conv(node, context, epilogue)) return winograd;
+    if (auto adjoint = AdjointConv::make(node, context, epilogue)) return adjoint;
+  }
   return chunked(
       node, context, x[0],
       [&](int64_t rows) {

@@ -13,6 +13,7 @@ struct ConvEpilogue {
   bool bias = false;        // input 2, (O) f32
   bool add_output = false;  // the output's previous contents added (oneDNN's sum post-op)
   bool relu = false;
+  bool relu6 = false;  // min(max(y, 0), 6) instead (oneDNN's clip post-op; oneDNN's kernels only)
 };
 // The Conv2D kernel of `node` (inputs x, w[, bias]; its Conv2DAttrs) with `epilogue`, in batch
 // chunks on a team (chunks.h).

@@ -1,14 +1,14 @@
-// Conv2D -> FusedBatchNorm (inference) [-> Add -> Relu | -> Relu], fused by the runtime
+// Conv2D -> FusedBatchNorm (inference) [-> Add -> Relu | -> Relu | -> Relu6], fused by the runtime
 // (runtime/fusion.cc): the batch norm is folded into the convolution. Each run (the statistics
 // and the weights are variables, which may change between runs) makes, per output channel o,
 //   s = gamma[o] / sqrt(variance[o] + epsilon),  w'[o] = w[o] * s,  b'[o] = beta[o] - mean[o] * s
 // (in double, rounded once), converts w' into the layout the convolution reads (by the runtime's
 // reorder kernel: flipped for conv.cc's AdjointConv, transformed for conv_winograd.cc), and runs
 // the convolution on (x, w', b') with the bias, [the residual added: the Add's other input is
-// copied into the output first, and the sum post-op adds to it,] and [ReLU] as its epilogue. Not
-// the same bits as the kernels apart: the tests bound the difference. Inputs (x, w, gamma, beta,
-// mean, variance[, the Add's other input]). Outputs: y; with no node after the batch norm,
-// FusedBatchNorm's (y, mean, variance), the statistics used copied as that kernel does.
+// copied into the output first, and the sum post-op adds to it,] and [ReLU or ReLU6] as its
+// epilogue. Not the same bits as the kernels apart: the tests bound the difference. Inputs (x, w,
+// gamma, beta, mean, variance[, the Add's other input]). Outputs: y; with no node after the batch
+// norm, FusedBatchNorm's (y, mean, variance), the statistics used copied as that kernel does.
 #include <omp.h>
 
 #include <algorithm>
@@ -27,7 +27,8 @@ namespace {
 
 class ConvBatchNormKernel final : public Kernel {
  public:
-  ConvBatchNormKernel(const Node& node, const KernelContext& context, bool add, bool relu)
+  ConvBatchNormKernel(const Node& node, const KernelContext& context, bool add, bool relu,
+                      bool relu6 = false)
       : node_(node),
         epsilon_(node.attr<ops::ConvBatchNormAttrs>().batch_norm.epsilon),
         add_(add),
@@ -39,7 +40,7 @@ class ConvBatchNormKernel final : public Kernel {
     KernelContext inner_context = context;
     inner_context.input_layouts.resize(1);  // x as it arrives; the weights and bias plain
     inner_ = make_conv2d_with(inner_node_, inner_context,
-                              {.bias = true, .add_output = add, .relu = relu});
+                              {.bias = true, .add_output = add, .relu = relu, .relu6 = relu6});
     const Shape& w = node.inputs[1].shape();
     // The runtime's own conversion of a plain filter into the layout the convolution reads.
     filter_reorder_ =
@@ -191,6 +192,12 @@ KernelRegistrar conv_batch_norm_relu_kernel{"Conv2D+FusedBatchNorm+Relu", Device
                                               return std::make_unique<ConvBatchNormKernel>(
                                                   node, context, false, true);
                                             }};
+// MobileNet's convolutions: ReLU6 after the batch norm.
+KernelRegistrar conv_batch_norm_relu6_kernel{"Conv2D+FusedBatchNorm+Relu6", DeviceKind::cpu,
+                                             [](const Node& node, const KernelContext& context) {
+                                               return std::make_unique<ConvBatchNormKernel>(
+                                                   node, context, false, false, true);
+                                             }};
 KernelRegistrar conv_batch_norm_add_relu_kernel{"Conv2D+FusedBatchNorm+Add+Relu", DeviceKind::cpu,
                                                 [](const Node& node, const KernelContext& context) {
                                                   return std::make_unique<ConvBatchNormKernel>(

@@ -16,6 +16,22 @@ using testing::contains;
 using testing::run_tower;
 using testing::TmpDir;
 
+// Trains `model` built in and from its example file with `flags` for `steps` steps into
+// tmp/<model> and tmp/<model>_file: every tensor of the two checkpoints the same bits.
+void expect_file_trains_like_builtin(const TmpDir& tmp, const std::string& model,
+                                     const std::string& flags, int steps) {
+  const std::string file = std::string(TOWER_SOURCE_DIR) + "/examples/models/" + model + ".json";
+  auto builtin = run_tower("train --model " + model + flags + " --train_dir " + (tmp / model));
+  ASSERT_EQ(builtin.exit_code, 0) << builtin.output;
+  const std::string dir = tmp / (model + "_file");
+  auto from_file = run_tower("train --model_file " + file + flags + " --train_dir " + dir);
+  ASSERT_EQ(from_file.exit_code, 0) << from_file.output;
+  auto x = testing::checkpoint_tensors(tmp / model, steps),
+       y = testing::checkpoint_tensors(dir, steps);
+  ASSERT_EQ(x.size(), y.size());
+  for (const auto& [name, bits] : x) EXPECT_TRUE(y[name] == bits) << name;
+}
+
 TEST(ModelFileCliTest, ExampleFilesTrainToTheBitsOfTheBuiltInModels) {
   TmpDir tmp;
   auto a = run_tower("make-dataset --format idx --out " + (tmp / "idx") +
@@ -28,19 +44,12 @@ TEST(ModelFileCliTest, ExampleFilesTrainToTheBitsOfTheBuiltInModels) {
     SCOPED_TRACE(model);
     const std::string data =
         model == "lenet" ? "idx:" + (tmp / "idx") : "cifar10:" + (tmp / "cifar");
-    const std::string flags =
-        " --data " + data + " --num_devices 2 --batch_size 8 --max_steps 20 --log_every 10";
-    const std::string file = std::string(TOWER_SOURCE_DIR) + "/examples/models/" + model + ".json";
-    auto builtin = run_tower("train --model " + model + flags + " --train_dir " + (tmp / model));
-    ASSERT_EQ(builtin.exit_code, 0) << builtin.output;
-    const std::string dir = tmp / (model + "_file");
-    auto from_file = run_tower("train --model_file " + file + flags + " --train_dir " + dir);
-    ASSERT_EQ(from_file.exit_code, 0) << from_file.output;
-    auto x = testing::checkpoint_tensors(tmp / model, 20), y = testing::checkpoint_tensors(dir, 20);
-    ASSERT_EQ(x.size(), y.size());
-    for (const auto& [name, bits] : x) EXPECT_TRUE(y[name] == bits) << name;
+    expect_file_trains_like_builtin(
+        tmp, model,
+        " --data " + data + " --num_devices 2 --batch_size 8 --max_steps 20 --log_every 10", 20);
 
     // The train dir alone: eval, inspect.
+    const std::string dir = tmp / (model + "_file");
     auto eval = run_tower("eval --train_dir " + dir + " --run_once");
     EXPECT_EQ(eval.exit_code, 0) << eval.output;
     EXPECT_TRUE(contains(eval.output, "precision @ 1")) << eval.output;
@@ -55,17 +64,11 @@ TEST(ModelFileCliTest, ExampleFilesTrainToTheBitsOfTheBuiltInModels) {
   // resnet18's blocks).
   for (const std::string model : {"resnet18", "resnet50", "mobilenet_v2"}) {
     SCOPED_TRACE(model);
-    const std::string flags = " --data cifar10:" + (tmp / "cifar") +
-                              " --batch_size 4 --max_steps 1 --log_every 1 --precise_bn off";
-    const std::string file = std::string(TOWER_SOURCE_DIR) + "/examples/models/" + model + ".json";
-    auto builtin = run_tower("train --model " + model + flags + " --train_dir " + (tmp / model));
-    ASSERT_EQ(builtin.exit_code, 0) << builtin.output;
-    const std::string dir = tmp / (model + "_file");
-    auto from_file = run_tower("train --model_file " + file + flags + " --train_dir " + dir);
-    ASSERT_EQ(from_file.exit_code, 0) << from_file.output;
-    auto x = testing::checkpoint_tensors(tmp / model, 1), y = testing::checkpoint_tensors(dir, 1);
-    ASSERT_EQ(x.size(), y.size());
-    for (const auto& [name, bits] : x) EXPECT_TRUE(y[name] == bits) << name;
+    expect_file_trains_like_builtin(
+        tmp, model,
+        " --data cifar10:" + (tmp / "cifar") +
+            " --batch_size 4 --max_steps 1 --log_every 1 --precise_bn off",
+        1);
   }
 }
 

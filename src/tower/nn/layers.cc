@@ -174,12 +174,20 @@ Value residual_block(const Scope& scope, const std::string& name, Value x, Mode 
   return ops::relu(s, ops::add(s, h, shortcut));
 }
 
-Value bottleneck_block(const Scope& scope, const std::string& name, Value x, Mode mode,
-                       std::vector<Value>& updates, const Bottleneck& o) {
-  const Scope s = scope.variable_scope(name);
+namespace {
+// A bottleneck's or an inverted residual's sizes, before anything is built.
+template <typename Block>
+void check_block(const std::string& name, const Block& o) {
   if (o.filters <= 0 || o.stride <= 0 || o.expansion <= 0)
     fail("layer '{}': filters, stride and expansion must be > 0, got {}, {} and {}", name,
          o.filters, o.stride, o.expansion);
+}
+}  // namespace
+
+Value bottleneck_block(const Scope& scope, const std::string& name, Value x, Mode mode,
+                       std::vector<Value>& updates, const Bottleneck& o) {
+  const Scope s = scope.variable_scope(name);
+  check_block(name, o);
   const Conv2D one{.filters = o.filters,
                    .kernel = 1,
                    .activation = Activation::relu,
@@ -207,9 +215,7 @@ Value bottleneck_block(const Scope& scope, const std::string& name, Value x, Mod
 Value inverted_residual_block(const Scope& scope, const std::string& name, Value x, Mode mode,
                               std::vector<Value>& updates, const InvertedResidual& o) {
   const Scope s = scope.variable_scope(name);
-  if (o.filters <= 0 || o.stride <= 0 || o.expansion <= 0)
-    fail("layer '{}': filters, stride and expansion must be > 0, got {}, {} and {}", name,
-         o.filters, o.stride, o.expansion);
+  check_block(name, o);
   const int64_t channels = x.shape()[1];
   Value h = x;
   if (o.expansion != 1)

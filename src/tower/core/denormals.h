@@ -1,8 +1,8 @@
 // Subnormal floats (magnitudes below 1.2e-38) as zero in a thread's SSE/AVX arithmetic: results
 // that would be subnormal are flushed to zero (FTZ) and subnormal inputs read as zero (DAZ). Late
 // in training, tiny gradients, Adam's second moments and the like go subnormal, and an operation
-// on one costs about a hundred cycles: without this, the default run's steps took 45% longer
-// from about step 700 of 1,170 on (AVX2). TensorFlow's threads run the same way. Every thread of
+// on one costs about a hundred cycles, which slowed the default run's late steps markedly
+// (bench/results/cpu_kernel_choices.md). TensorFlow's threads run the same way. Every thread of
 // a Program's run and of tower's thread pools has it, so a result does not depend on which thread
 // computed it. Nothing on other architectures.
 #pragma once

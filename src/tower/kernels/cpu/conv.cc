@@ -55,14 +55,10 @@ memory::desc filter_md(const Shape& w, const ops::Conv2DAttrs& a,
 
 // The algorithm of the convolution of x by w, for its three passes: oneDNN 2.6's Winograd
 // F(4x4, 3x3) (jit_wino_4x3) under AVX-512 on AMD CPUs, in fp32, for 3x3 stride-1 SAME filters
-// with 32 or more input and output channels in whole blocks of 16. On a Zen 5, one thread, chunks
-// of 16 images: 32 channels (16 x 16) forward 0.23 against 0.31 ms direct, backward-data 0.22
-// against 0.31, backward-weights 0.28 against 0.32; 64 channels (8 x 8) 0.20, 0.20 and 0.23
-// against 0.31, 0.30 and 0.32. With 16 channels it is 1.2 to 1.5 times slower than direct (and
-// AdjointConv faster still). Its transforms round more: its outputs differ from direct's by
-// about 6e-7 of their RMS on ResNet-like data, and from the exact values by up to 6e-5 of
-// max(1, |y|) with 288 to 576 uniform terms (Conv2DTest.SameConvolutionsWithManyChannelsMatch-
-// Reference, values and gradients). Intel CPUs, not measured, keep direct.
+// with 32 or more input and output channels in whole blocks of 16, where it is faster than direct
+// in every pass (with 16 channels it is slower, and AdjointConv faster still). Its transforms
+// round more, within the bounds Conv2DTest.SameConvolutionsWithManyChannelsMatchReference checks.
+// Intel CPUs, not measured, keep direct. The measurements: bench/results/cpu_kernel_choices.md.
 dnnl::algorithm conv_algorithm(const Shape& x, const Shape& w, const ops::Conv2DAttrs& a,
                                memory::data_type type) {
   const bool winograd = cpu_isa() >= CpuIsa::avx512 && cpu_info().amd &&
@@ -130,11 +126,9 @@ namespace {
 // a convolution by v from y's shape to x's (flipped_filter_layout: w's channel dimensions
 // swapped, its rows and columns reversed) gives for the output gradient x. oneDNN 2.6's
 // backward-data kernels run ResNet-20's 3x3 convolutions faster than its forward ones under AVX2
-// (in the chunks of 16 images of a 2-thread team: 0.85 against 1.12 ms with 16 channels, 0.74
-// against 0.82 with 32, 0.72 against 0.80 with 64), and under AVX-512 on an AMD Zen 5 (2 x 0.186
-// against 0.520 ms with 16 channels, 2 to 4% less with 32 and 64), but not under AVX-512 on an
-// Intel Sapphire Rapids (2 to 6% slower): adjoint_conv_pays(). 5x5 filters or lenet's 32 -> 64
-// channels gain nothing. So: fp32, 3x3, the same channels on both sides, 16 or more in whole
+// and under AVX-512 on AMD CPUs, but not under AVX-512 on Intel's (adjoint_conv_pays(); the
+// measurements: bench/results/cpu_kernel_choices.md). 5x5 filters or lenet's 32 -> 64 channels
+// gain nothing. So: fp32, 3x3, the same channels on both sides, 16 or more in whole
 // blocks of 8, and a plain filter (a variable: the reorder flips only that); not where the
 // Winograd kernels run (conv_algorithm).
 bool forward_as_adjoint(const Shape& x, const Shape& w, const ops::Conv2DAttrs& a,

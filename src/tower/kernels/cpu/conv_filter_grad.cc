@@ -1,11 +1,11 @@
 // The filter gradient of a convolution with few input channels (a network's first layer: 1 for
 // grey images, 3 for colour) on AVX2, where oneDNN 2.6's backward-weights kernel runs far below
-// the FMA peak (lenet's conv1: under a fifth of it; 4 to 5 times faster here). With s, t the
-// strides and top, left the padding, dw[o, i, r, c] = sum over (n, p, q) of x[n, i, p*s + r - top,
-// q*t + c - left] * dy[n, o, p, q]. For one image, input channel and filter row r, KW accumulators
-// of 8 output channels each (two such groups at a time) take x's element broadcast times dy's 8
-// channels at every output position; x is first copied into a zero-padded plane, so the loop checks
-// no bounds.
+// the FMA peak (this loop is several times faster: bench/results/cpu_kernel_choices.md). With s, t
+// the strides and top, left the padding, dw[o, i, r, c] = sum over (n, p, q) of x[n, i, p*s + r -
+// top, q*t + c - left] * dy[n, o, p, q]. For one image, input channel and filter row r, KW
+// accumulators of 8 output channels each (two such groups at a time) take x's element broadcast
+// times dy's 8 channels at every output position; x is first copied into a zero-padded plane, so
+// the loop checks no bounds.
 //
 // The batch runs in fixed chunks of 16 images (the tasks), each summing its images in order into
 // its own partial; the chunks are then added in order: the same bits on every thread count and
@@ -213,7 +213,8 @@ std::unique_ptr<Kernel> make_small_filter_grad(const Node& node, const KernelCon
   const Shape& x = node.inputs[0].shape();
   const Shape& w = a.shape;
   const Shape& dy = node.inputs[1].shape();
-  // With AVX-512, oneDNN's own kernel is faster than this one (lenet's conv1: 0.6 against 1.5 ms).
+  // With AVX-512, oneDNN's own kernel is faster than this one
+  // (bench/results/cpu_kernel_choices.md).
   if (cpu_isa() >= CpuIsa::avx512 || context.precision != Precision::fp32 || x[1] > 4 ||
       w[3] > kMaxWidth || !a.conv.is_dense())
     return nullptr;

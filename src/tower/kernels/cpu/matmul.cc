@@ -18,8 +18,8 @@ namespace {
 using tag = dnnl::memory::format_tag;
 using dt = dnnl::memory::data_type;
 
-// Chunks of 64 rows: lenet's fc1 under AVX2 runs its three products in 3.7 ms per 64 images
-// against 4.4 in chunks of 32 and 5.7 in chunks of 16 (oneDNN's gemm is slow on short sides).
+// Chunks of 64 rows at least: oneDNN's gemm is slow on short sides (lenet's fc1 under AVX2:
+// bench/results/cpu_kernel_choices.md).
 constexpr int64_t kMinRows = 64;
 
 template <bool kBias, bool kRelu>

@@ -1,8 +1,8 @@
 // Max pooling and its gradient are plain loops over planes (an image's block of channels) in x's
 // layout when it is NCHW, nChw8c, nChw16c or NHWC (others are converted), the window's elements of
 // a block of channels one vector. A plain x is pooled in channel blocks of the vector width. The
-// forward pass runs 4 to 5 times faster than oneDNN 2.6's JIT pooling did on lenet's pool1 under
-// AVX2; the windows inside x (most) read offsets computed once.
+// forward pass is faster than oneDNN 2.6's JIT pooling (bench/results/cpu_kernel_choices.md); the
+// windows inside x (most) read offsets computed once.
 //
 // MaxPoolGrad has only x and dy: each window's argmax found again in x (the first largest, in
 // row-major order, as TensorFlow) gets dy added. oneDNN would need its workspace, which the
@@ -242,8 +242,8 @@ TOWER_ALWAYS_INLINE void each_window(const PoolPlane& p, const Fn& f) {
 
 // x was written long before (by the layer before, or the forward pass): the window one output
 // row down is fetched while this one is computed, or every new row of x costs a wait on memory
-// (the windows step across rows, which the hardware prefetcher does not follow). Under AVX2,
-// lenet's pool1 took 0.96 ms per tower without this in the forward pass, 0.66 with it.
+// (the windows step across rows, which the hardware prefetcher does not follow; the gain under
+// AVX2: bench/results/cpu_kernel_choices.md).
 TOWER_ALWAYS_INLINE void prefetch_window_below(const PoolPlane& p, const float* window,
                                                const int64_t* offsets, int32_t positions,
                                                int64_t h1) {

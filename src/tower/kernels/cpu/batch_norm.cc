@@ -1,9 +1,8 @@
 // FusedBatchNorm and its gradient on oneDNN batch_normalization (separate scale and shift), built
 // once with a user scratchpad, in the layout x comes in (plain nchw / nc, or a convolution's
 // blocked one); the per-channel tensors are plain. What sums over the batch runs on one thread
-// (bn_threads). In training, on a convolution's layout, the
-// loops over channel groups of batch_norm_groups.cc run instead (they split into tasks).
-// AssignMovingAverage is a plain loop.
+// (bn_threads). In training, on a convolution's layout, the loops over channel groups of
+// batch_norm_groups.cc run instead (they split into tasks). AssignMovingAverage is a plain loop.
 #include "tower/ops/batch_norm.h"
 
 #include <algorithm>

@@ -1,6 +1,7 @@
 // `tower bench`: training or inference throughput of a model on synthetic data, as one JSON line:
-// images_per_sec (median of timed windows after warm-up), ms_per_step, gflops, peak_rss_mb, and
-// contended_runs (tower 0's steps run in contended mode, warm-up included: ProgramOptions).
+// images_per_sec (median of timed windows after warm-up), ms_per_step, gflops, peak_rss_mb,
+// arena_mb (tower 0's planned buffers, the larger part of the peak) and contended_runs (tower 0's
+// steps run in contended mode, warm-up included: ProgramOptions).
 // Under mpirun (train mode) the batch is split over the ranks and rank 0 prints the line, with
 // the time spent in cross-rank communication.
 #include <fmt/format.h>
@@ -208,7 +209,8 @@ Measured bench_train(const Flags& flags, const ModelDef& model, const DevicePlan
              {"reduce_wait_share", mean.finish_wait_seconds / m.seconds},
              {"contended_runs", dp.program(0).stats().contended_runs},
              {"fused_nodes", dp.program(0).stats().fused_nodes},
-             {"reorders", dp.program(0).stats().reorders}};
+             {"reorders", dp.program(0).stats().reorders},
+             {"arena_mb", static_cast<double>(dp.program(0).stats().arena_bytes) / (1 << 20)}};
   return m;
 }
 
@@ -236,7 +238,8 @@ Measured bench_infer(const Flags& flags, const ModelDef& model, const DevicePlan
   m.flops = graph_flops(graph);
   m.extra = {{"contended_runs", program.stats().contended_runs},
              {"fused_nodes", program.stats().fused_nodes},
-             {"reorders", program.stats().reorders}};
+             {"reorders", program.stats().reorders},
+             {"arena_mb", static_cast<double>(program.stats().arena_bytes) / (1 << 20)}};
   return m;
 }
 

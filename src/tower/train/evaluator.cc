@@ -55,6 +55,14 @@ Evaluator::Evaluator(const std::string& model, std::shared_ptr<const Dataset> da
 
 Evaluator::~Evaluator() = default;
 
+void Evaluator::set_dataset(std::shared_ptr<const Dataset> dataset) {
+  Impl& m = *impl_;
+  TOWER_CHECK_MSG(dataset->image_shape() == m.dataset->image_shape() &&
+                      dataset->num_classes == m.dataset->num_classes,
+                  "an evaluator's data sets share their image shape and classes");
+  m.dataset = std::move(dataset);
+}
+
 int64_t Evaluator::examples() const { return impl_->dataset->size(); }
 const std::vector<int64_t>& Evaluator::confusion() const { return impl_->confusion; }
 const std::vector<float>& Evaluator::logits() const { return impl_->logits_seen; }

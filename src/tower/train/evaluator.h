@@ -21,6 +21,9 @@ class Evaluator {
   ~Evaluator();
   // `weights(name)` returns the tensor to use for each variable of the model.
   double evaluate(const std::function<const Tensor&(const std::string&)>& weights);
+  // Evaluates `dataset` from now on, with the program already compiled: its images must have the
+  // first one's shape and classes, and it may hold any number of them.
+  void set_dataset(std::shared_ptr<const Dataset> dataset);
   int64_t examples() const;
   // Of the last evaluate(): the share of examples whose label is among the 5 largest logits (ties
   // counted in, as InTopK); -1 for 5 classes or fewer, where it would be 1.

@@ -37,6 +37,11 @@ struct Predictor::Impl {
   PredictConfig config;
   InferenceModel model;
   int threads = 1;
+  // The evaluator of the last call, compiled for `batch` images on `team` threads: a call with
+  // the same batch and team reuses it rather than compiling the model again.
+  std::unique_ptr<Evaluator> evaluator;
+  int64_t batch = 0;
+  int team = 0;
 };
 
 Predictor::Predictor(const PredictConfig& config) : impl_(std::make_unique<Impl>()) {
@@ -84,9 +89,16 @@ std::vector<Prediction> Predictor::predict(const std::vector<std::string>& files
   const int64_t batch = std::min(impl_->config.batch_size, n);
   const int threads =
       static_cast<int>(std::clamp<int64_t>(batch / 16, 1, std::max(impl_->threads, 1)));
-  Evaluator evaluator(m.model->name, data, m.transform, batch, threads);
-  evaluator.evaluate([&](const std::string& v) -> const Tensor& { return m.weight(v); });
-  const std::vector<float>& logits = evaluator.logits();
+  if (impl_->evaluator && impl_->batch == batch && impl_->team == threads) {
+    impl_->evaluator->set_dataset(data);
+  } else {
+    impl_->evaluator =
+        std::make_unique<Evaluator>(m.model->name, data, m.transform, batch, threads);
+    impl_->batch = batch;
+    impl_->team = threads;
+  }
+  impl_->evaluator->evaluate([&](const std::string& v) -> const Tensor& { return m.weight(v); });
+  const std::vector<float>& logits = impl_->evaluator->logits();
   for (int64_t k = 0; k < n; ++k) {
     Prediction& p = out[good[static_cast<size_t>(k)]];
     p.logits.assign(logits.begin() + k * classes, logits.begin() + (k + 1) * classes);

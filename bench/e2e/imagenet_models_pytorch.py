@@ -5,15 +5,11 @@ windows after warm-up; peak_rss_mb). Training is forward, backward and SGD with 
 usage: imagenet_models_pytorch.py --model M --threads T --mode train|infer [--batch_size 32]
        [--image_size 224]
 """
-import argparse
-import json
-import resource
-import statistics
-import time
-
 import torch
 import torch.nn.functional as F
 import torchvision
+
+from peer_timing import parse_flags, report
 
 # The parameter counts of tower's built-ins, for 1,000 classes: the same networks.
 PARAMETERS = {"resnet18": 11689512, "resnet34": 21797672, "resnet50": 25557032,
@@ -21,16 +17,7 @@ PARAMETERS = {"resnet18": 11689512, "resnet34": 21797672, "resnet50": 25557032,
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--model", default="resnet50")
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--mode", default="train")
-    p.add_argument("--batch_size", type=int, default=32)
-    p.add_argument("--image_size", type=int, default=224)
-    p.add_argument("--classes", type=int, default=1000)
-    p.add_argument("--steps", type=int, default=3)
-    p.add_argument("--windows", type=int, default=3)
-    a = p.parse_args()
+    a = parse_flags(classes=1000)
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     model = getattr(torchvision.models, a.model)(num_classes=a.classes)
@@ -54,19 +41,7 @@ def main():
 
     step = train_step if a.mode == "train" else infer_step
     model.train(a.mode == "train")
-    for _ in range(2):
-        step()
-    windows = []
-    for _ in range(a.windows):
-        t0 = time.perf_counter()
-        for _ in range(a.steps):
-            step()
-        windows.append((time.perf_counter() - t0) / a.steps)
-    sec = statistics.median(windows)
-    print(json.dumps({"peer": "pytorch " + torch.__version__, "model": a.model, "mode": a.mode,
-                      "threads": a.threads, "batch_size": a.batch_size,
-                      "images_per_sec": a.batch_size / sec,
-                      "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+    report(a, "pytorch " + torch.__version__, step)
 
 
 if __name__ == "__main__":

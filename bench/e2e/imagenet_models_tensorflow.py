@@ -7,12 +7,7 @@ the first 1x1) with biases on the convolutions; its parameter count is printed.
 
 usage: imagenet_models_tensorflow.py --model resnet50|mobilenet_v2 --threads T --mode train|infer
 """
-import argparse
-import json
 import os
-import resource
-import statistics
-import time
 
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -20,20 +15,13 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from peer_timing import parse_flags, report  # noqa: E402
+
 MODELS = {"resnet50": "ResNet50", "mobilenet_v2": "MobileNetV2"}
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--model", default="resnet50")
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--mode", default="train")
-    p.add_argument("--batch_size", type=int, default=32)
-    p.add_argument("--image_size", type=int, default=224)
-    p.add_argument("--classes", type=int, default=10)
-    p.add_argument("--steps", type=int, default=3)
-    p.add_argument("--windows", type=int, default=3)
-    a = p.parse_args()
+    a = parse_flags()
     tf.config.threading.set_intra_op_parallelism_threads(a.threads)
     tf.config.threading.set_inter_op_parallelism_threads(1)
     tf.random.set_seed(0)
@@ -59,21 +47,8 @@ def main():
         return model(x, training=False)
 
     step = train_step if a.mode == "train" else infer_step
-    for _ in range(2):
-        step().numpy()
-    windows = []
-    for _ in range(a.windows):
-        t0 = time.perf_counter()
-        for _ in range(a.steps):
-            out = step()
-        out.numpy()
-        windows.append((time.perf_counter() - t0) / a.steps)
-    sec = statistics.median(windows)
-    print(json.dumps({"peer": "tensorflow " + tf.__version__, "model": a.model, "mode": a.mode,
-                      "threads": a.threads, "batch_size": a.batch_size,
-                      "parameters": int(model.count_params()),
-                      "images_per_sec": a.batch_size / sec,
-                      "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+    report(a, "tensorflow " + tf.__version__, step, finish=lambda out: out.numpy(),
+           parameters=int(model.count_params()))
 
 
 if __name__ == "__main__":

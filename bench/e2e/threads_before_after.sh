@@ -8,7 +8,11 @@
 #   ROUNDS=3 STEPS=5 WINDOWS=3 MODELS="lenet cifar10 resnet20" THREADS="1 2" MODES="train infer"
 #   TOWER_MAX_CPU_ISA=avx2 caps both binaries' kernels (the AVX2 floor on a bigger machine).
 set -euo pipefail
-old=${1:?usage: $0 OLD_TOWER [NEW_TOWER]}
+if [ $# -lt 1 ]; then  # (scripts/bench-all runs every script without arguments)
+  echo "usage: $0 OLD_TOWER [NEW_TOWER]: needs the binary of another build; skipped" >&2
+  exit 0
+fi
+old=$1
 new=${2:-build/bin/tower}
 rounds=${ROUNDS:-3}
 steps=${STEPS:-5}

@@ -211,11 +211,10 @@ std::unique_ptr<Kernel> chunked(const Node& node, const KernelContext& context, 
   const int members = std::max(context.members, team);
   // Two chunks at least where the batch divides (a team of two shares them); nothing of the team.
   const int chunks = chunks_of(batch, std::min(min_rows, std::max<int64_t>(batch / 2, 1)));
-  // A chunk, and a sum, run on one thread: oneDNN's primitives cut their work (a gemm even its
-  // sums) by the threads they were built for.
-  const bool one_thread = chunks > 1 || cut == Cut::sums || team == 1;
-  KernelThreadsScope threads(one_thread ? 1 : team);
   if (chunks > 1) {
+    // A chunk runs on one thread: oneDNN's primitives cut their work (a gemm even its sums) by the
+    // threads they were built for.
+    KernelThreadsScope one(1);
     Built built = build(batch / chunks);
     bool contiguous = true;
     for (const Arg& arg : built.args)
@@ -223,6 +222,9 @@ std::unique_ptr<Kernel> chunked(const Node& node, const KernelContext& context, 
     if (contiguous)
       return std::make_unique<ChunkedKernel>(node, std::move(built), chunks, team, members, true);
   }
+  // One primitive of the whole batch: on one thread where it sums over the batch, else the team's.
+  const bool one_thread = cut == Cut::sums || team == 1;
+  KernelThreadsScope threads(one_thread ? 1 : team);
   return std::make_unique<ChunkedKernel>(node, build(batch), 1, team, members, one_thread);
 }
 

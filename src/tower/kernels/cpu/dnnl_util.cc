@@ -89,9 +89,13 @@ Layout to_layout(const dnnl::memory::desc& md, const Shape& shape) {
   if (md == plain_md(shape)) return {};
   // (a grouped filter's plain 5-D view, (G, K / G, C / G, KH, KW): the plain filter's bytes)
   if (md.data.ndims != shape.rank() && md.data_type() == dnnl::memory::data_type::f32 &&
-      md == plain_md(Shape(md.dims())))
+      is_row_major(md))
     return {};
   return Layout(std::make_shared<DnnlFormat>(md));
+}
+
+bool is_row_major(const dnnl::memory::desc& md) {
+  return md == plain_md(Shape(md.dims()), md.data_type());
 }
 
 dnnl::memory::desc md_of(const Shape& shape, const Layout& layout) {

@@ -23,6 +23,8 @@ dnnl::memory::dims to_dims(const Shape& shape);
 // A oneDNN descriptor as a Layout (the plain Layout when it is plain_md(shape)), and back.
 Layout to_layout(const dnnl::memory::desc& md, const Shape& shape);
 dnnl::memory::desc md_of(const Shape& shape, const Layout& layout);
+// Whether `md` is row-major over its own dimensions (as plain_md makes them), of any type.
+bool is_row_major(const dnnl::memory::desc& md);
 // A filter (O, I, KH, KW) as the weights of the backward-data convolution that computes its
 // forward one (conv.cc): v[i, o, r, c] = w[o, i, KH - 1 - r, KW - 1 - c], in `md` (dims I, O, KH,
 // KW). md_of gives `md`; the runtime's reorder (reorder.cc) flips a plain filter into it.

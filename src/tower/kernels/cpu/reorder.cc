@@ -31,9 +31,7 @@ class ReorderKernel : public Kernel {
     // takes the other side's dimensions (the same bytes).
     if (from_md_.data.ndims != to_md_.data.ndims) {
       auto row_major = [](const dnnl::memory::desc& md, const dnnl::memory::desc& as) {
-        return md == plain_md(Shape(md.dims()), md.data_type())
-                   ? plain_md(Shape(as.dims()), md.data_type())
-                   : md;
+        return is_row_major(md) ? plain_md(Shape(as.dims()), md.data_type()) : md;
       };
       from_md_ = row_major(from_md_, to_md_);
       to_md_ = row_major(to_md_, from_md_);

@@ -230,6 +230,26 @@ void add_run_flags(CLI::App& app, Flags& flags) {
       ->check(positive);
 }
 
+void add_fine_tune_flags(CLI::App& app, Flags& flags) {
+  TrainConfig& c = flags.config;
+  app.add_option("--init_from", c.init_from,
+                 "Start a new run from these weights: a tower checkpoint (prefix or train dir) "
+                 "of any data or classes, or a safetensors file in tower's or torchvision's/"
+                 "timm's names; a classifier of another class count starts anew");
+  app.add_flag("--init_partial", c.init_partial,
+               "With --init_from: variables the file lacks or shapes otherwise start as "
+               "initialized (listed) instead of stopping the run");
+  app.add_option("--freeze", c.freeze,
+                 "Train none of these variable scopes (comma-separated, e.g. conv1,layer1), or "
+                 "'backbone': all but the classifier. Frozen batch norms keep their statistics");
+  app.add_option("--unfreeze_after_epochs", c.unfreeze_after_epochs,
+                 "With --freeze: train every layer after this many epochs, at the learning rate "
+                 "times --unfreeze_lr_factor (0: stay frozen)");
+  app.add_option("--unfreeze_lr_factor", c.unfreeze_lr_factor,
+                 "The learning rate's factor once the frozen layers thaw")
+      ->capture_default_str();
+}
+
 CommandRegistrar registrar{
     {"train", "Train a model on every device (resumes from --train_dir)", [](CLI::App& app) {
        static Flags flags;
@@ -239,6 +259,7 @@ CommandRegistrar registrar{
        add_placement_flags(app, flags);
        add_recipe_flags(app, flags);
        add_run_flags(app, flags);
+       add_fine_tune_flags(app, flags);
        app.callback([] { run_train(flags); });
      }}};
 

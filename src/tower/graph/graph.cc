@@ -113,9 +113,26 @@ Scope Scope::with_device(Device device) const {
   return s;
 }
 
+Scope Scope::with_frozen(std::vector<std::string> scopes) const {
+  Scope s = *this;
+  s.frozen_ = std::make_shared<const std::vector<std::string>>(std::move(scopes));
+  return s;
+}
+
+bool Scope::frozen(const std::string& name) const {
+  if (!frozen_) return false;
+  const std::string full = join_name(variable_prefix_, name);
+  for (const std::string& scope : *frozen_)
+    if (full == scope || (full.size() > scope.size() && full.compare(0, scope.size(), scope) == 0 &&
+                          full[scope.size()] == '/'))
+      return true;
+  return false;
+}
+
 Value Scope::get_variable(const std::string& name, Shape shape, Initializer initializer,
                           Trainable trainable, DType dtype) const {
   std::string full = join_name(variable_prefix_, name);
+  if (frozen(name)) trainable = Trainable::no;
   const VariableInfo* existing = graph_->find_variable(full);
   if (reuse_ == Reuse::yes) {
     if (existing == nullptr)

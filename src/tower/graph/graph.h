@@ -147,6 +147,12 @@ class Scope {
   Scope variable_scope(const std::string& name) const { return variable_scope(name, reuse_); }
   Scope with_reuse(Reuse reuse) const;
   Scope with_device(Device device) const;
+  // Variables under these scopes ("conv1" covers "conv1/weights" and "conv1/bn/gamma") are
+  // built frozen: never trainable, and layers that behave differently in training (batch norm)
+  // run as in inference. The scopes are full variable names, whatever this scope's prefix.
+  Scope with_frozen(std::vector<std::string> scopes) const;
+  // Whether "<variable prefix>/name" lies under a frozen scope.
+  bool frozen(const std::string& name) const;
 
   // TF-style get_variable: creates "<variable prefix>/name", or with reuse returns the existing
   // one (checking the shape). Creating twice without reuse, or reusing a missing variable, is an
@@ -168,6 +174,7 @@ class Scope {
   std::string name_prefix_;
   std::string variable_prefix_;
   Reuse reuse_ = Reuse::no;
+  std::shared_ptr<const std::vector<std::string>> frozen_;
 };
 
 struct PlaceholderAttrs {

@@ -143,8 +143,11 @@ CheckpointData checkpoint_load(const std::string& prefix_or_file) {
   if (!has_tensors && !has_state)
     fail("no checkpoint '{}': neither '{}' nor '{}' exists", data.prefix, tensors_path, state_path);
   if (!has_state)
-    fail("checkpoint '{}' is incomplete: '{}' is missing (was the save interrupted?)", data.prefix,
-         state_path);
+    fail(
+        "'{}' has no state file '{}': it holds weights but no training run to resume (another "
+        "tool's file, or a tower save cut short). `tower train --init_from {}` starts a new run "
+        "from its weights",
+        tensors_path, state_path, tensors_path);
   if (!has_tensors)
     fail("checkpoint '{}' is incomplete: '{}' is missing", data.prefix, tensors_path);
 

@@ -8,18 +8,15 @@
 //   BN - ReLU6 - global average pooling - dropout 0.2 - linear.
 // Batch norm as PyTorch's: epsilon 1e-5, momentum 0.1 (moving-average decay 0.9).
 //
-// Variable names and torchvision's state-dict names (see nn/layers.h for the blocks' scopes):
-//   conv1/weights, conv1/{gamma,beta,moving_mean,moving_variance}: conv1.weight,
-//     bn1.{weight,bias,running_mean,running_var}
-//   layer{s}/{b}/conv{i}/weights and .../conv{i}/gamma...: layer{s}.{b}.conv{i}.weight and
-//     layer{s}.{b}.bn{i}.weight...; layer{s}/{b}/shortcut/...: layer{s}.{b}.downsample.0.weight
-//     and downsample.1.weight...
-//   fc/weights (in, out), fc/biases: fc.weight (out, in: transposed), fc.bias
-//   mobilenet_v2: features/0/... and features/18/...: features.0.0.weight, features.0.1.weight...;
-//     features/{i}/expand, /depthwise, /project: features.{i}.conv.{0.0, 0.1 | 1.0, 1.1 | 2, 3}
-//     (in block 1, without the expansion: depthwise 0.0, 0.1, project 1, 2); classifier/...:
-//     classifier.1.weight (transposed), classifier.1.bias
-// torchvision's num_batches_tracked has no counterpart.
+// Their variables are found in torchvision's state dicts (and timm's, whose ResNets share
+// torchvision's names) by torchvision_resnet_names and mobilenet_v2_names below;
+// num_batches_tracked has no counterpart.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <optional>
+
 #include "tower/models/model.h"
 
 namespace tower {
@@ -29,6 +26,84 @@ namespace {
 const nn::BatchNorm kBatchNorm{.momentum = 0.9f, .epsilon = 1e-5f};
 constexpr float kResnetWeightDecay = 1e-4f;
 constexpr float kMobileNetWeightDecay = 4e-5f;
+
+// Variable names split at '/': the scopes and the last part ("weights", "gamma", ...).
+std::vector<std::string> parts_of(const std::string& name) {
+  std::vector<std::string> parts;
+  size_t begin = 0;
+  for (size_t end; (end = name.find('/', begin)) != std::string::npos; begin = end + 1)
+    parts.push_back(name.substr(begin, end - begin));
+  parts.push_back(name.substr(begin));
+  return parts;
+}
+
+// PyTorch's name of a convolution's or a batch norm's tensor: "weight" for both a filter and
+// gamma, "running_mean" for moving_mean...; nothing for another name.
+std::optional<std::string> torch_leaf(const std::string& leaf) {
+  if (leaf == "weights" || leaf == "gamma") return "weight";
+  if (leaf == "biases" || leaf == "beta") return "bias";
+  if (leaf == "moving_mean") return "running_mean";
+  if (leaf == "moving_variance") return "running_var";
+  return std::nullopt;
+}
+bool is_bn(const std::string& leaf) { return leaf != "weights" && leaf != "biases"; }
+
+// torchvision's (and timm's) ResNets: conv1/bn1, layer{s}.{b}.conv{i}/bn{i}, the shortcut as
+// downsample.0 (conv) and downsample.1 (bn), fc (transposed).
+std::vector<ForeignName> torchvision_resnet_names(const std::string& variable) {
+  const std::vector<std::string> p = parts_of(variable);
+  const auto leaf = torch_leaf(p.back());
+  if (!leaf) return {};
+  const bool bn = is_bn(p.back());
+  if (p.size() == 2 && p[0] == "fc") return {{"fc." + *leaf, p.back() == "weights"}};
+  if (p.size() == 2 && p[0] == "conv1") return {{(bn ? "bn1." : "conv1.") + *leaf}};
+  if (p.size() != 4) return {};
+  const std::string block = p[0] + "." + p[1] + ".";
+  if (p[2] == "shortcut") return {{block + (bn ? "downsample.1." : "downsample.0.") + *leaf}};
+  if (p[2].rfind("conv", 0) != 0) return {};
+  return {{block + (bn ? "bn" + p[2].substr(4) : p[2]) + "." + *leaf}};
+}
+
+// MobileNetV2's features/{i} (0: the stem, 18: the last 1x1 conv; 1 to 17: the inverted
+// residuals, whose expand/depthwise/project convolutions torchvision numbers in turn) and its
+// classifier: torchvision's names first, then timm's mobilenetv2_100 (conv_stem/bn1,
+// blocks.{stage}.{block}.conv_pw/bn1, conv_dw/bn2, conv_pwl/bn3, conv_head/bn2, classifier).
+std::vector<ForeignName> mobilenet_v2_names(const std::string& variable) {
+  const std::vector<std::string> p = parts_of(variable);
+  const auto leaf = torch_leaf(p.back());
+  if (!leaf) return {};
+  const bool bn = is_bn(p.back());
+  if (p.size() == 2 && p[0] == "classifier")
+    return {{"classifier.1." + *leaf, p.back() == "weights"},
+            {"classifier." + *leaf, p.back() == "weights"}};
+  if (p[0] != "features" || p.size() < 3) return {};
+  const int i = std::stoi(p[1]);
+  if (p.size() == 3) {  // the stem and the head: conv, bn
+    const std::string timm = i == 0 ? (bn ? "bn1." : "conv_stem.") : (bn ? "bn2." : "conv_head.");
+    return {{fmt::format("features.{}.{}.{}", i, bn ? 1 : 0, *leaf)}, {timm + *leaf}};
+  }
+  // The block's convolutions in torchvision's order, with timm's names of each and its batch norm
+  // (block 1 has no expansion).
+  using Names = std::vector<std::array<const char*, 3>>;
+  const Names convs = i == 1 ? Names{{"depthwise", "conv_dw", "bn1"}, {"project", "conv_pw", "bn2"}}
+                             : Names{{"expand", "conv_pw", "bn1"},
+                                     {"depthwise", "conv_dw", "bn2"},
+                                     {"project", "conv_pwl", "bn3"}};
+  const auto at =
+      std::find_if(convs.begin(), convs.end(), [&](const auto& c) { return p[2] == c[0]; });
+  if (at == convs.end()) return {};
+  const int k = static_cast<int>(at - convs.begin());
+  const bool last = k + 1 == static_cast<int>(convs.size());  // project: no ReLU6, plain index
+  const std::string tv = last ? fmt::format("features.{}.conv.{}.{}", i, k + (bn ? 1 : 0), *leaf)
+                              : fmt::format("features.{}.conv.{}.{}.{}", i, k, bn ? 1 : 0, *leaf);
+  constexpr std::array<int, 7> kStageBlocks = {1, 2, 3, 4, 3, 3, 1};
+  size_t stage = 0;
+  int block = i - 1;
+  while (stage < kStageBlocks.size() && block >= kStageBlocks[stage])
+    block -= kStageBlocks[stage++];
+  const char* timm_name = (*at)[bn ? 2 : 1];
+  return {{tv}, {fmt::format("blocks.{}.{}.{}.{}", stage, block, timm_name, *leaf)}};
+}
 
 // The stem of the ResNets: conv 7x7/2, BN, ReLU, max pool 3x3/2 with torchvision's padding.
 Value resnet_stem(const Scope& s, Value images, Mode mode, std::vector<Value>& updates) {
@@ -127,13 +202,17 @@ Recipe imagenet_recipe(double epochs, float lr_per_256) {
 const Shape kImageNetInput{3, 224, 224};
 
 ModelRegistrar resnet18_registrar{{"resnet18", "ResNet-18 (torchvision's)", kImageNetInput,
-                                   resnet({2, 2, 2, 2}, false), imagenet_recipe(90, 0.1f)}};
+                                   resnet({2, 2, 2, 2}, false), imagenet_recipe(90, 0.1f), "",
+                                   torchvision_resnet_names}};
 ModelRegistrar resnet34_registrar{{"resnet34", "ResNet-34 (torchvision's)", kImageNetInput,
-                                   resnet({3, 4, 6, 3}, false), imagenet_recipe(90, 0.1f)}};
+                                   resnet({3, 4, 6, 3}, false), imagenet_recipe(90, 0.1f), "",
+                                   torchvision_resnet_names}};
 ModelRegistrar resnet50_registrar{{"resnet50", "ResNet-50 v1.5 (torchvision's)", kImageNetInput,
-                                   resnet({3, 4, 6, 3}, true), imagenet_recipe(90, 0.1f)}};
+                                   resnet({3, 4, 6, 3}, true), imagenet_recipe(90, 0.1f), "",
+                                   torchvision_resnet_names}};
 ModelRegistrar mobilenet_v2_registrar{{"mobilenet_v2", "MobileNetV2 (torchvision's)",
-                                       kImageNetInput, mobilenet_v2, imagenet_recipe(300, 0.045f)}};
+                                       kImageNetInput, mobilenet_v2, imagenet_recipe(300, 0.045f),
+                                       "", mobilenet_v2_names}};
 
 }  // namespace
 }  // namespace tower

@@ -48,6 +48,17 @@ Recipe fashion_mnist_recipe();
 // One line: "adam lr 0.003, cosine:warmup_steps=50, batch 64 per tower, 2.5 epochs, ...".
 std::string to_string(const Recipe& recipe);
 
+// Where a variable's values lie in a weights file another tool wrote: the key (torchvision's
+// "layer1.0.bn1.running_mean" for "layer1/0/conv1/moving_mean") and whether that tool stores the
+// tensor transposed (a linear layer's weight is (out, in) in PyTorch, (in, out) here).
+struct ForeignName {
+  std::string key;
+  bool transposed = false;
+};
+// A model's names in other tools' files, tried in turn (torchvision's, then timm's); nothing
+// for a variable no such file holds.
+using ForeignNames = std::function<std::vector<ForeignName>(const std::string& variable)>;
+
 struct ModelDef {
   std::string name;
   std::string description;
@@ -55,6 +66,7 @@ struct ModelDef {
   ModelFn build;
   Recipe recipe;
   std::string source;  // a model file's text (model_file.h); empty for a model written in C++
+  ForeignNames foreign_names;  // empty: only files in tower's names
 };
 
 const ModelDef& get_model(const std::string& name);  // throws listing the known models

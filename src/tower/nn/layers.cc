@@ -41,7 +41,7 @@ std::optional<Activation> parse_activation(const std::string& name) {
 Value variable_with_weight_decay(const Scope& scope, const std::string& name, Shape shape,
                                  Initializer init, float wd) {
   Value var = scope.get_variable(name, std::move(shape), init);
-  if (wd > 0.0f)
+  if (wd > 0.0f && !scope.frozen(name))  // a frozen weight's decay is a constant of the loss
     scope.graph().add_to_collection("losses", ops::scale(scope, ops::l2_loss(scope, var), wd));
   return var;
 }
@@ -108,7 +108,9 @@ Value batch_norm(const Scope& scope, const std::string& name, Value x, Mode mode
   ops::BatchNormAttrs attrs;
   attrs.epsilon = o.epsilon;
   attrs.momentum = o.momentum;
-  attrs.mode = mode == Mode::train ? ops::BatchNormMode::training : ops::BatchNormMode::inference;
+  // A frozen batch norm normalizes with its moving averages and leaves them as they are (Keras).
+  const bool train = mode == Mode::train && !s.frozen("gamma");
+  attrs.mode = train ? ops::BatchNormMode::training : ops::BatchNormMode::inference;
   ops::BatchNormResult bn = ops::batch_norm(s, x, gamma, beta, mean, var, attrs);
   updates.insert(updates.end(), bn.updates.begin(), bn.updates.end());
   return bn.y;

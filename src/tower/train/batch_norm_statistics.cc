@@ -43,7 +43,7 @@ BatchNormStatistics::BatchNormStatistics(const ModelDef& model, std::shared_ptr<
   const Shape example = transform_output_shape(m.pipeline.transform, m.data->image_shape());
   std::vector<int64_t> dims = {options.batch};
   for (int64_t d : example.dims()) dims.push_back(d);
-  Scope scope(m.graph);
+  const Scope scope = Scope(m.graph).with_frozen(options.frozen);
   m.images = scope.placeholder("images", Shape(dims));
   ModelOutputs out = model.build(scope, m.images, m.data->num_classes, Mode::train);
   if (options.momentum > 0) ops::set_moving_average_decay(out.updates, options.momentum);

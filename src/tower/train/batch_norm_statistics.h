@@ -33,6 +33,7 @@ struct BatchNormStatisticsOptions {
   uint64_t seed = 0;            // the run's: the first epoch's order
   float momentum = 0;           // > 0: the run's --bn_momentum (for decay())
   Precision precision = Precision::fp32;
+  std::vector<std::string> frozen;  // the run's frozen scopes: their statistics stay as they are
 };
 
 // The model built for training on batches of `options.batch` examples of `data` after

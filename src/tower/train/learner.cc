@@ -14,7 +14,8 @@ Learner::Learner(std::unique_ptr<DataParallel> towers, const OptimizerConfig& op
       schedule_(parse_lr_schedule(options.lr_schedule, options.lr, options.steps_per_epoch,
                                   options.total_steps, warning)),
       plateau_(plateau_spec(options.lr_schedule)),
-      clip_norm_(options.clip_norm) {
+      clip_norm_(options.clip_norm),
+      lr_factor_(options.lr_factor) {
   if (options.ema_decay > 0) {
     ema_ = std::make_unique<ExponentialMovingAverage>(options.ema_decay);
     std::vector<std::pair<std::string, const Tensor*>> vars;
@@ -51,9 +52,19 @@ void Learner::restore(const CheckpointData& checkpoint) {
   }
 }
 
+void Learner::load(const std::map<std::string, Tensor>& values) {
+  for (auto& [name, into] : state_tensors(Replicas::all)) {
+    auto it = values.find(name);
+    if (it == values.end() && ema_)
+      for (const auto& v : towers_->trainable())
+        if (ExponentialMovingAverage::shadow_name(v.name) == name) it = values.find(v.name);
+    if (it != values.end()) into->copy_from(it->second);
+  }
+}
+
 float Learner::update(int64_t step) {
   trace::Slice slice("step", "optimizer");
-  float lr = schedule_->lr(step);
+  float lr = schedule_->lr(step) * lr_factor_;
   if (lr_reductions_ > 0)
     lr = static_cast<float>(std::max(
         lr * std::pow(plateau_.factor, static_cast<double>(lr_reductions_)), plateau_.min_lr));

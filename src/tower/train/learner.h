@@ -24,6 +24,7 @@ struct LearnerOptions {
   int64_t steps_per_epoch = 0, total_steps = 0;
   float ema_decay = 0;  // 0: no moving average
   float clip_norm = 0;  // > 0: clip the averaged gradients by global norm
+  float lr_factor = 1;  // the schedule's rate times this (thawed layers train slower)
 };
 
 class Learner {
@@ -42,6 +43,10 @@ class Learner {
   // Copies a checkpoint's tensors into every replica; a missing tensor or another shape is an
   // error naming the checkpoint.
   void restore(const CheckpointData& checkpoint);
+  // Copies the tensors of `values` that the state names (state_tensors) into every replica, and
+  // a variable's into its moving average where `values` has no average of its own; the rest
+  // stays as it is (a new optimizer slot: zeros). Starting from other weights, and thawing.
+  void load(const std::map<std::string, Tensor>& values);
   // The update of step `step` on every replica (DataParallelOptimizer), with the moving
   // average of each block of a variable right after the optimizer wrote it, while it is in cache
   // (average number step + 1). Returns the learning rate it used.
@@ -62,6 +67,7 @@ class Learner {
   std::unique_ptr<ExponentialMovingAverage> ema_;
   std::vector<size_t> ema_index_;  // per optimizer param (replica 0): its moving average
   float clip_norm_ = 0;
+  float lr_factor_ = 1;
 };
 
 }  // namespace tower

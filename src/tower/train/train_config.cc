@@ -60,6 +60,11 @@ std::vector<std::pair<std::string, std::string>> rank_fields(const TrainConfig& 
           {"--augmentation", c.augmentation},
           {"--seed", std::to_string(c.seed)},
           {"--resume_from", c.resume_from},
+          {"--init_from", c.init_from},
+          {"--init_partial", fmt::format("{}", c.init_partial)},
+          {"--freeze", c.freeze},
+          {"--unfreeze_after_epochs", fmt::format("{}", c.unfreeze_after_epochs)},
+          {"--unfreeze_lr_factor", fmt::format("{}", c.unfreeze_lr_factor)},
           {"--deterministic", fmt::format("{}", c.program.deterministic)},
           {"--precision", std::string(precision_name(c.program.precision))}};
 }
@@ -135,6 +140,15 @@ void validate(const TrainConfig& c) {
   check_number("--comm_timeout", c.comm_timeout, 1e-3, 1e9, "a number of seconds > 0");
   if (c.train_dir.empty()) fail("--train_dir must not be empty");
   check_count("--trace_steps", c.trace_steps, 1, 1000000);
+  if (!c.init_from.empty() && !c.resume_from.empty())
+    fail("--init_from starts a new run from weights, --resume_from continues a run: give one");
+  if (c.init_partial && c.init_from.empty())
+    fail("--init_partial goes with --init_from: it says which weights may be missing");
+  check_number("--unfreeze_after_epochs", c.unfreeze_after_epochs, 0, 1e6,
+               "a number of epochs >= 0 (0: never)");
+  if (c.unfreeze_after_epochs > 0 && c.freeze.empty())
+    fail("--unfreeze_after_epochs goes with --freeze: it says when the frozen layers thaw");
+  check_number("--unfreeze_lr_factor", c.unfreeze_lr_factor, 1e-6, 1e3, "a number in (0, 1000]");
   validate(c.optimizer);
 }
 

@@ -15,6 +15,7 @@
 #include "tower/parallel/data_parallel.h"
 #include "tower/train/batch_norm_statistics.h"
 #include "tower/train/class_weights.h"
+#include "tower/train/fine_tune.h"
 #include "tower/train/learner.h"
 #include "tower/train/lr_schedule.h"
 #include "tower/train/train_hooks.h"
@@ -59,10 +60,11 @@ class Run {
     comm_.set_timeout(config_.comm_timeout);
     plan_ = plan_run();
     data_ = open_data();
+    plan_fine_tune();
     std::optional<ResumePoint> resume = find_resume();
     open_pipeline(resume);
-    learner_ = make_learner();
-    if (resume) restore(*resume);
+    learner_ = make_learner(frozen_at(step_));
+    start_weights(resume);
     const EvalProgress progress = resume ? resume->progress : EvalProgress{};
     learner_->set_lr_reductions(progress.lr_reductions);
     plan_batch_norm();
@@ -146,6 +148,9 @@ class Run {
   std::optional<ResumePoint> find_resume() {
     std::optional<TrainingCheckpoint> checkpoint;
     if (chief_) {
+      // Read (and checked) before the train dir is made: a refused run leaves nothing behind.
+      if (!config_.init_from.empty() && !checkpoint_latest(config_.train_dir))
+        init_ = read_init_from(config_.init_from, model_, variables_, config_.init_partial);
       prepare_train_dir(config_.train_dir);
       lock_fd_ = lock_train_dir(config_.train_dir);
       checkpoint = config_.resume_from.empty() ? find_resume_checkpoint(config_.train_dir)
@@ -184,6 +189,9 @@ class Run {
     }
     pipeline_ = std::make_unique<InputPipeline>(data_.train, options);
     steps_per_epoch_ = pipeline_->batches_per_epoch();
+    if (config_.unfreeze_after_epochs > 0)
+      unfreeze_step_ =
+          std::llround(config_.unfreeze_after_epochs * static_cast<double>(steps_per_epoch_));
     if (options.start.step >= steps_per_epoch_)
       fail(
           "checkpoint {}: its position (epoch {}, step {}) is past the end of an epoch of {} steps",
@@ -218,7 +226,25 @@ class Run {
                                  config_.lr_schedule, config_.schedule_epochs, epochs);
   }
 
-  std::unique_ptr<Learner> make_learner() const {
+  // The model's variables (which are its head), the frozen scopes and the step they thaw at.
+  void plan_fine_tune() {
+    const Shape example =
+        transform_output_shape(data_.transforms.train, data_.train->image_shape());
+    variables_ = model_variables(model_, example, data_.train->num_classes);
+    frozen_ = resolve_freeze(config_.freeze, variables_);
+  }
+  // Whether the learner of step `step` keeps the frozen scopes frozen: until the thaw, which
+  // happens before step unfreeze_step_ trains (so a checkpoint of that step is still frozen's).
+  bool frozen_at(int64_t step) const {
+    return !frozen_.empty() && (unfreeze_step_ < 0 || step <= unfreeze_step_);
+  }
+
+  // The learning rate's factor of a learner: --unfreeze_lr_factor once the frozen layers thawed.
+  float thawed(bool frozen) const {
+    return !frozen_.empty() && !frozen ? config_.unfreeze_lr_factor : 1.0f;
+  }
+
+  std::unique_ptr<Learner> make_learner(bool frozen) const {
     DataParallelOptions options;
     options.devices = plan_.devices.devices;
     options.threads = plan_.devices.threads;
@@ -230,7 +256,8 @@ class Run {
     options.micro_batch = config_.micro_batch_size;
     const TowerLoss loss{.bn_momentum = config_.bn_momentum,
                          .target = {.label_smoothing = config_.label_smoothing,
-                                    .class_weights = data_.class_weights}};
+                                    .class_weights = data_.class_weights},
+                         .frozen = frozen ? frozen_ : std::vector<std::string>{}};
     std::unique_ptr<DataParallel> towers =
         build_towers(model_, pipeline_->image_shape(), plan_.batches.local,
                      data_.train->num_classes, options, loss);
@@ -244,9 +271,11 @@ class Run {
                                                             .steps_per_epoch = steps_per_epoch_,
                                                             .total_steps = total_steps_,
                                                             .ema_decay = config_.ema_decay,
-                                                            .clip_norm = config_.clip_norm},
+                                                            .clip_norm = config_.clip_norm,
+                                                            .lr_factor = thawed(frozen)},
                                              &warning);
-    if (chief_ && !warning.empty()) fmt::print(stderr, "warning: {}\n", warning);
+    if (chief_ && !warning.empty() && frozen == frozen_at(step_))  // once, not at the thaw
+      fmt::print(stderr, "warning: {}\n", warning);
     return learner;
   }
 
@@ -264,7 +293,8 @@ class Run {
         BatchNormStatisticsOptions{.batch = std::min(batch, data_.train->size()),
                                    .seed = config_.seed,
                                    .momentum = config_.bn_momentum,
-                                   .precision = config_.program.precision});
+                                   .precision = config_.program.precision,
+                                   .frozen = frozen_});
     if (statistics->empty()) return;
     const float decay = statistics->decay();
     const int64_t settle = moving_average_settle_steps(decay);
@@ -289,15 +319,25 @@ class Run {
                           settle, total_steps_));
   }
 
-  // Rank 0 copies the checkpoint in and hands the state to the others.
-  void restore(ResumePoint& resume) {
-    if (resume.checkpoint) {
-      learner_->restore(resume.checkpoint->data);
-      std::printf("resumed from %s at step %lld\n", resume.checkpoint->data.prefix.c_str(),
+  // Rank 0 copies the checkpoint (or the --init_from weights) in and hands the state to the
+  // others.
+  void start_weights(std::optional<ResumePoint>& resume) {
+    if (resume && resume->checkpoint) {
+      learner_->restore(resume->checkpoint->data);
+      init_record_ = resume->checkpoint->state.init;
+      std::printf("resumed from %s at step %lld\n", resume->checkpoint->data.prefix.c_str(),
                   static_cast<long long>(step_));
-      resume.checkpoint.reset();  // its tensors are copied: free them
+      if (!config_.init_from.empty())
+        fmt::print("--init_from is not read again: the run started from {}\n",
+                   init_record_.file.empty() ? "its initializers" : init_record_.file);
+      resume->checkpoint.reset();  // its tensors are copied: free them
     }
-    if (comm_.size() > 1) {
+    if (init_) {
+      learner_->load(init_->values);
+      init_->values.clear();
+      init_record_ = {init_->file, init_->sha256, init_->source};
+    }
+    if (comm_.size() > 1 && (resume || !config_.init_from.empty())) {
       std::vector<Tensor*> tensors;
       for (auto& named : learner_->state_tensors(Learner::Replicas::all))
         tensors.push_back(named.second);
@@ -318,6 +358,17 @@ class Run {
     fmt::print("schedule: {} lr {:g}, {}{}\n", config_.optimizer.name, config_.lr, lr_schedule_,
                schedule_note_);
     if (!batch_norm_note_.empty()) fmt::print("{}\n", batch_norm_note_);
+    if (init_) fmt::print("{}", init_->report(variables_.size()));
+    if (!frozen_.empty())
+      fmt::print(
+          "frozen: {}: no gradient, no optimizer state, no update; batch norms among them "
+          "normalize with their moving averages{}\n",
+          frozen_summary(frozen_, variables_),
+          unfreeze_step_ >= 0 ? fmt::format("; they thaw at step {} (epoch {:g}), then the "
+                                            "learning rate is x {:g}",
+                                            unfreeze_step_, config_.unfreeze_after_epochs,
+                                            config_.unfreeze_lr_factor)
+                              : "");
     fmt::print("{}\n", class_counts_line(*data_.train, !config_.class_weights.empty()));
     if (config_.label_smoothing > 0 || !config_.class_weights.empty())
       fmt::print("loss: cross-entropy{}{}\n",
@@ -350,7 +401,24 @@ class Run {
     }
   }
 
+  // The frozen scopes thaw: towers built anew with every variable trainable, the state carried
+  // over (the thawed variables' optimizer slots start at zero, their averages at their values).
+  void thaw() {
+    std::map<std::string, Tensor> state;
+    for (auto& [name, tensor] : learner_->state_tensors(Learner::Replicas::first))
+      state.emplace(name, tensor->clone());
+    learner_.reset();
+    learner_ = make_learner(false);  // (after the reset: one copy of the towers at a time)
+    learner_->load(state);
+    learner_->set_lr_reductions(hooks_->progress().lr_reductions);
+    if (next_) learner_->towers().prefetch(next_->images, next_->labels);
+    if (chief_)
+      fmt::print("step {}: {} thaw; every layer trains from now on, at the learning rate x {:g}\n",
+                 step_, fmt::join(frozen_, ", "), config_.unfreeze_lr_factor);
+  }
+
   void loop_step() {
+    if (step_ == unfreeze_step_ && frozen_at(step_)) thaw();
     trace_steps();
     std::optional<trace::Slice> wait;
     if (!next_) wait.emplace("input", "wait for a batch");
@@ -386,15 +454,20 @@ class Run {
   }
 
   RunIdentity identity() const {
-    RunIdentity r{.model = config_.model,
-                  .data = config_.data,
-                  .model_file = model_.source,
-                  .global_batch_size = config_.global_batch_size,
-                  .micro_batch_size = config_.micro_batch_size,
-                  .strategy = std::string(strategy_name(config_.strategy)),
-                  .optimizer = config_.optimizer.name,
-                  .seed = config_.seed,
-                  .bn_momentum = config_.bn_momentum};
+    RunIdentity r{
+        .model = config_.model,
+        .data = config_.data,
+        .model_file = model_.source,
+        .global_batch_size = config_.global_batch_size,
+        .micro_batch_size = config_.micro_batch_size,
+        .strategy = std::string(strategy_name(config_.strategy)),
+        .optimizer = config_.optimizer.name,
+        .seed = config_.seed,
+        .bn_momentum = config_.bn_momentum,
+        .freeze = config_.freeze.empty() || config_.unfreeze_after_epochs <= 0
+                      ? config_.freeze
+                      : fmt::format("{} until epoch {:g}, then lr x {:g}", config_.freeze,
+                                    config_.unfreeze_after_epochs, config_.unfreeze_lr_factor)};
     if (config_.micro_batch_size == 0) {  // the classic towers: the layout shapes the batch
       r.batch_size = config_.batch_size;
       r.num_towers = static_cast<int64_t>(plan_.devices.devices.size());
@@ -420,6 +493,7 @@ class Run {
     state.schedule = {lr_schedule_, config_.lr, total_steps_};
     state.program = this_program();
     state.progress = hooks_->progress();
+    state.init = init_record_;
     return state;
   }
 
@@ -459,7 +533,12 @@ class Run {
   std::string batch_norm_note_;
   std::unique_ptr<Learner> learner_;
   std::unique_ptr<TrainHooks> hooks_;
-  std::optional<Batch> next_;  // the next batch, taken early
+  std::optional<Batch> next_;            // the next batch, taken early
+  std::vector<InitVariable> variables_;  // the model's, as this run builds it
+  std::vector<std::string> frozen_;      // --freeze resolved
+  int64_t unfreeze_step_ = -1;           // when they thaw; -1: never
+  std::optional<InitFrom> init_;         // rank 0, a new run with --init_from
+  InitRecord init_record_;               // the weights the run started from
   TrainResult result_;
 };
 
@@ -471,7 +550,8 @@ std::unique_ptr<DataParallel> build_towers(const ModelDef& model, const Shape& e
                                            const TowerLoss& tower_loss) {
   TowerFn tower_fn = [&model, num_classes, tower_loss](const Scope& scope, Value images,
                                                        Value labels) {
-    ModelOutputs out = model.build(scope, images, num_classes, Mode::train);
+    const Scope built = tower_loss.frozen.empty() ? scope : scope.with_frozen(tower_loss.frozen);
+    ModelOutputs out = model.build(built, images, num_classes, Mode::train);
     if (tower_loss.bn_momentum > 0)
       ops::set_moving_average_decay(out.updates, tower_loss.bn_momentum);
     LossOutputs loss = classification_loss(scope, out.logits, labels, tower_loss.target);

@@ -81,7 +81,15 @@ struct TrainConfig {
   bool keep_best = false;
   int64_t early_stopping = 0;
   bool final_eval = true;
-  std::string resume_from;    // a checkpoint prefix to resume from explicitly
+  std::string resume_from;  // a checkpoint prefix to resume from explicitly
+  // Fine-tuning (fine_tune.h): the weights a new run starts from (a resume ignores them), whether
+  // variables the file lacks may start as initialized, the frozen scopes, and when they thaw
+  // (epochs; 0: never), at the learning rate times unfreeze_lr_factor from then on.
+  std::string init_from;
+  bool init_partial = false;
+  std::string freeze;
+  double unfreeze_after_epochs = 0;
+  float unfreeze_lr_factor = 0.1f;
   bool summaries = true;      // TensorBoard event files
   double comm_timeout = 300;  // seconds a rank waits for the others before the job stops
   std::string trace_file;     // a Chrome/Perfetto trace of the first trace_steps steps
@@ -113,9 +121,11 @@ DataOptions data_options(const TrainConfig& config);
 // its total loss, then the cross-entropy and the accuracy.
 // What a run changes of a model's training graph: the decay of its moving averages (> 0) and the
 // cross-entropy's target.
+// And the scopes it builds frozen (Scope::with_frozen).
 struct TowerLoss {
   float bn_momentum = 0;
   ops::SoftmaxCrossEntropyAttrs target;
+  std::vector<std::string> frozen;
 };
 std::unique_ptr<DataParallel> build_towers(const ModelDef& model, const Shape& example_shape,
                                            int64_t batch, int num_classes,

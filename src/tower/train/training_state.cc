@@ -36,6 +36,7 @@ nlohmann::ordered_json identity_json(const RunIdentity& r) {
   json["optimizer"] = r.optimizer;
   json["seed"] = r.seed;
   if (r.bn_momentum > 0) json["bn_momentum"] = r.bn_momentum;
+  if (!r.freeze.empty()) json["freeze"] = r.freeze;
   return json;
 }
 
@@ -121,6 +122,9 @@ Json training_state_to_json(const TrainingState& s) {
   if (s.image_shape.rank() == 3) json["image_shape"] = s.image_shape.dims();
   if (!s.program.empty()) json["program"] = s.program;
   if (s.progress.best_step >= 0) json["progress"] = eval_progress_to_json(s.progress);
+  if (!s.init.file.empty())
+    json["init_from"] = {
+        {"file", s.init.file}, {"sha256", s.init.sha256}, {"source", s.init.source}};
   if (s.schedule.total_steps > 0)
     json["schedule"] = {{"lr_schedule", s.schedule.spec},
                         {"lr", s.schedule.lr},
@@ -155,6 +159,11 @@ TrainingState training_state_from_json(const Json& json, const std::string& file
     if (!(m.get<double>() > 0 && m.get<double>() < 1))
       run.error("bn_momentum", "is " + m.dump(), "a number in (0, 1)");
     s.run.bn_momentum = m.get<float>();
+  }
+  if (run.has("freeze")) s.run.freeze = run.text("freeze");
+  if (top.has("init_from")) {
+    Reader init = top.object("init_from");
+    s.init = {init.text("file"), init.text("sha256"), init.text("source")};
   }
   for (const Json& d : top.at("devices", &Json::is_array, "a list of devices")) {
     if (!d.is_string()) top.error("devices", "holds " + d.dump(), "a list of device names");
@@ -369,19 +378,24 @@ void refuse_other_run(const TrainingCheckpoint& checkpoint, const RunIdentity& n
   const std::vector<IdentityDifference> diffs = differences(checkpoint.state.run, now);
   if (diffs.empty()) return;
   std::vector<std::string> was, is;
-  bool layout = false;
+  bool layout = false, other = false;
   for (const IdentityDifference& d : diffs) {
     was.push_back(d.key + " = " + d.saved);
     is.push_back(d.key + " = " + d.now);
     layout |= d.key == "batch_size" || d.key == "num_towers" || d.key == "ranks";
+    other |= d.key == "data" || d.key == "model" || d.key == "model_file";
   }
   fail(
-      "checkpoint {} was written by a run with {}, but this run has {}; use another --train_dir "
-      "or the same flags{}",
+      "checkpoint {} was written by a run with {}, but this run has {}; a resume continues that "
+      "run: use the same flags{}{}",
       checkpoint.data.prefix, fmt::join(was, ", "), fmt::join(is, ", "),
       layout ? ". A run started with --global_batch_size and --micro_batch_size resumes on any "
                "number of towers and ranks"
-             : "");
+             : "",
+      other ? fmt::format(". To train on other data or classes starting from its weights, start "
+                          "a new run in another --train_dir with --init_from {}",
+                          checkpoint.data.prefix)
+            : ", or another --train_dir");
 }
 
 // Resuming with other --max_steps, --epochs, --lr or --lr_schedule changes the learning rate

@@ -28,6 +28,14 @@ struct RunIdentity {
   std::string strategy, optimizer;
   uint64_t seed = 0;
   float bn_momentum = 0;  // --bn_momentum; 0: the model's own (and left out of the file)
+  // The frozen scopes and when they thaw ("backbone until epoch 2, then lr x 0.1"); empty: none
+  // (and left out of the file).
+  std::string freeze;
+};
+
+// The weights a run started from (--init_from): the file and its sha256.
+struct InitRecord {
+  std::string file, sha256, source;
 };
 
 // The learning-rate schedule a run trained on, as resolved from the recipe and the flags.
@@ -63,6 +71,7 @@ struct TrainingState {
   ScheduleRecord schedule;           // total_steps 0 in older ones
   std::string program;               // the file name of the program that trained it (older: "")
   EvalProgress progress;             // no evaluation yet in older ones
+  InitRecord init;                   // file empty: the run started from its initializers
 };
 
 nlohmann::json training_state_to_json(const TrainingState& state);

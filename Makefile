@@ -5,7 +5,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 TRAIN_ARGS ?=
 
-.PHONY: all deps build train test bench debug asan tsan clean
+.PHONY: all deps build train test compat bench debug asan tsan clean
 
 all: build
 
@@ -25,6 +25,11 @@ train: deps
 test: deps
 	$(MAKE) build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900
+
+# tower against torchvision (installs torch and torchvision into a venv: too large for `test`).
+compat: deps
+	$(MAKE) build
+	BUILD=$(BUILD) scripts/compat
 
 bench: deps
 	$(MAKE) build

@@ -8,6 +8,7 @@
 #include "tower/models/model.h"
 #include "tower/models/model_file.h"
 #include "tower/train/evaluator.h"
+#include "tower/train/fine_tune.h"
 #include "tower/train/inference.h"
 #include "tower/train/training_state.h"
 
@@ -43,6 +44,7 @@ TrainingCheckpoint weights_only(const EvalConfig& config) {
   c.state.step = c.data.step;
   c.state.run.model = config.model_file.empty() ? config.model : load_model_file(config.model_file);
   c.state.run.data = config.data;
+  to_model_names(c.data.tensors, get_model(c.state.run.model));  // torchvision's, timm's
   return c;
 }
 

@@ -222,6 +222,26 @@ std::string InitFrom::report(size_t variables) const {
   return text;
 }
 
+std::string to_model_names(std::map<std::string, Tensor>& tensors, const ModelDef& model) {
+  if (!model.foreign_names) return "tower's names";
+  Source source{.tensors = std::move(tensors)};
+  // The names do not depend on the class count or the image size.
+  const std::vector<InitVariable> variables = model_variables(model, model.default_input, 10);
+  std::string naming;
+  const std::vector<std::optional<Found>> found = locate(source, model, variables, naming);
+  std::map<std::string, Tensor> renamed;
+  for (size_t i = 0; i < variables.size(); ++i) {
+    if (!found[i] || found[i]->key == variables[i].name) continue;
+    const auto it = source.tensors.find(found[i]->key);
+    const bool transposed = found[i]->transposed && it->second.shape().rank() == 2;
+    renamed.emplace(variables[i].name, as_variable(it->first, it->second, transposed, "the file"));
+    source.tensors.erase(it);
+  }
+  for (auto& [name, tensor] : renamed) source.tensors.insert_or_assign(name, std::move(tensor));
+  tensors = std::move(source.tensors);
+  return naming;
+}
+
 std::vector<InitVariable> model_variables(const ModelDef& model, const Shape& input,
                                           int num_classes) {
   // The classifier is what changes shape with the class count.

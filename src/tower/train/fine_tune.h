@@ -46,6 +46,12 @@ struct InitFrom {
 InitFrom read_init_from(const std::string& path, const ModelDef& model,
                         const std::vector<InitVariable>& variables, bool partial);
 
+// A weights file in another tool's names (a model's foreign_names) as the model's variables,
+// transposed where that tool stores them so, when that naming finds more of them than tower's
+// own; the tensors no variable takes are left as they are. Returns the naming used. (tower eval
+// of a torchvision file.)
+std::string to_model_names(std::map<std::string, Tensor>& tensors, const ModelDef& model);
+
 // The variables of `model` built for `input` (C, H, W), in creation order, each with its shape.
 std::vector<InitVariable> model_variables(const ModelDef& model, const Shape& input,
                                           int num_classes);

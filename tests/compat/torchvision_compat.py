@@ -109,8 +109,11 @@ def write_data(work):
         np.save(os.path.join(data, f"{split}_labels.npy"), labels)
     with open(os.path.join(data, "class_names.txt"), "w") as f:
         f.write("".join(f"c{i}\n" for i in range(1000)))
-    x = torch.from_numpy(images).permute(0, 3, 1, 2).float() * (1.0 / 255.0)
-    return data, x, torch.from_numpy(labels)
+    # What tower feeds these models: [0, 1], then ImageNet's mean and standard deviation.
+    x = torch.from_numpy(images).permute(0, 3, 1, 2).float() * np.float32(1.0 / 255.0)
+    mean = torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1)
+    std = torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1)
+    return data, (x - mean) / std, torch.from_numpy(labels)
 
 
 def worst(a, b):

@@ -94,6 +94,13 @@ TEST(ModelFileTest, EveryBadFileIsOneErrorNamingTheLayerAndTheKey) {
       {R"({"name": "m", "input": [1, 8, 8], "layers": []})", {"key 'layers'", "non-empty"}},
       {R"({"name": "m", "input": [1, 8, 8], "colour": 1, "layers": [)" + logits + "]}",
        {"has no key 'colour'"}},
+      {R"({"name": "m", "input": [1, 8, 8], "normalization": "imagenet", "layers": [)" + logits +
+           "]}",
+       {"key 'normalization' is \"imagenet\"", "a value per channel"}},
+      {R"({"name": "m", "input": [1, 8, 8], "normalization": {"mean": [0.5], "stddev": [0]},
+          "layers": [)" +
+           logits + "]}",
+       {"normalization: key 'stddev' is [0]", "numbers > 0"}},
       {head + R"({"type": "conv3d", "name": "c"}, )" + logits + "]}",
        {"layer 0 (c)", "key 'type'", "conv2d"}},
       {head + R"({"type": "conv2d", "filters": 4}, )" + logits + "]}",

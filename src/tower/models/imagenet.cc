@@ -201,18 +201,26 @@ Recipe imagenet_recipe(double epochs, float lr_per_256) {
 
 const Shape kImageNetInput{3, 224, 224};
 
+}  // namespace
+
+Normalization imagenet_normalization() {
+  return {{0.485f, 0.456f, 0.406f}, {0.229f, 0.224f, 0.225f}};
+}
+
+namespace {
+
 ModelRegistrar resnet18_registrar{{"resnet18", "ResNet-18 (torchvision's)", kImageNetInput,
                                    resnet({2, 2, 2, 2}, false), imagenet_recipe(90, 0.1f), "",
-                                   torchvision_resnet_names}};
+                                   torchvision_resnet_names, imagenet_normalization()}};
 ModelRegistrar resnet34_registrar{{"resnet34", "ResNet-34 (torchvision's)", kImageNetInput,
                                    resnet({3, 4, 6, 3}, false), imagenet_recipe(90, 0.1f), "",
-                                   torchvision_resnet_names}};
+                                   torchvision_resnet_names, imagenet_normalization()}};
 ModelRegistrar resnet50_registrar{{"resnet50", "ResNet-50 v1.5 (torchvision's)", kImageNetInput,
                                    resnet({3, 4, 6, 3}, true), imagenet_recipe(90, 0.1f), "",
-                                   torchvision_resnet_names}};
+                                   torchvision_resnet_names, imagenet_normalization()}};
 ModelRegistrar mobilenet_v2_registrar{{"mobilenet_v2", "MobileNetV2 (torchvision's)",
                                        kImageNetInput, mobilenet_v2, imagenet_recipe(300, 0.045f),
-                                       "", mobilenet_v2_names}};
+                                       "", mobilenet_v2_names, imagenet_normalization()}};
 
 }  // namespace
 }  // namespace tower

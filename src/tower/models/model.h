@@ -59,6 +59,16 @@ struct ForeignName {
 // for a variable no such file holds.
 using ForeignNames = std::function<std::vector<ForeignName>(const std::string& variable)>;
 
+// The per-channel normalization a model's weights expect of images scaled to [0, 1]:
+// (x - mean[c]) / stddev[c] (ImageNet's for torchvision's models); empty: none. It travels with
+// the weights: every transform of the run, the checkpoint's state and the exported ONNX graph.
+struct Normalization {
+  std::vector<float> mean, stddev;
+  bool empty() const { return mean.empty(); }
+};
+// ImageNet's mean and standard deviation (RGB), as torchvision's and timm's models were trained.
+Normalization imagenet_normalization();
+
 struct ModelDef {
   std::string name;
   std::string description;
@@ -67,6 +77,7 @@ struct ModelDef {
   Recipe recipe;
   std::string source;  // a model file's text (model_file.h); empty for a model written in C++
   ForeignNames foreign_names;  // empty: only files in tower's names
+  Normalization normalization;
 };
 
 const ModelDef& get_model(const std::string& name);  // throws listing the known models

@@ -1,6 +1,7 @@
 #include "tower/models/model_file.h"
 
 #include <cctype>
+#include <cmath>
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -121,6 +122,7 @@ class Keys {
     fail("{}: {}: key '{}' is {} (expected {})", origin_, where_, key, v.dump(), expected);
   }
   std::string dump() const { return object_.dump(); }
+  const std::string& origin() const { return origin_; }
 
  private:
   const Json& object_;
@@ -323,6 +325,31 @@ Recipe parse_recipe(const Json& json, const std::string& origin) {
   return r;
 }
 
+// "imagenet", or {"mean": [...], "stddev": [...]} with a value per input channel (deviations > 0).
+Normalization parse_normalization(const Keys& top, int64_t channels) {
+  const Json& v = top.get("normalization");
+  const char* expected =
+      "\"imagenet\" or {\"mean\": [...], \"stddev\": [...]}, a value per channel";
+  if (v.is_string() && v.get<std::string>() == "imagenet" && channels == 3)
+    return imagenet_normalization();
+  if (!v.is_object()) top.bad("normalization", v, expected);
+  Keys k(v, top.origin(), "normalization");
+  k.only({"mean", "stddev"});
+  Normalization n;
+  for (const auto& [key, out] : {std::pair{"mean", &n.mean}, {"stddev", &n.stddev}}) {
+    const Json& list = k.get(key);
+    if (!list.is_array() || list.size() != static_cast<size_t>(channels))
+      k.bad(key, list, fmt::format("a list of {} numbers, one per input channel", channels));
+    for (const Json& x : list) {
+      const bool positive = std::string(key) == "stddev";
+      if (!x.is_number() || !std::isfinite(x.get<double>()) || (positive && x.get<double>() <= 0))
+        k.bad(key, list, positive ? "numbers > 0" : "finite numbers");
+      out->push_back(x.get<float>());
+    }
+  }
+  return n;
+}
+
 }  // namespace
 
 ModelDef parse_model_file(const std::string& text, const std::string& origin) {
@@ -333,7 +360,7 @@ ModelDef parse_model_file(const std::string& text, const std::string& origin) {
     fail("{}: not valid JSON: {}", origin, e.what());
   }
   Keys top(json, origin, "the file");
-  top.only({"name", "description", "input", "recipe", "layers"});
+  top.only({"name", "description", "input", "normalization", "recipe", "layers"});
   ModelDef def;
   def.name = top.text("name", std::nullopt);
   for (char c : def.name)
@@ -349,6 +376,7 @@ ModelDef parse_model_file(const std::string& text, const std::string& origin) {
     dims.push_back(d.get<int64_t>());
   }
   def.default_input = Shape(dims);
+  if (top.has("normalization")) def.normalization = parse_normalization(top, dims[0]);
   if (top.has("recipe")) def.recipe = parse_recipe(top.get("recipe"), origin);
   const Json& layers = top.get("layers");
   if (!layers.is_array() || layers.empty()) top.bad("layers", layers, "a non-empty list of layers");

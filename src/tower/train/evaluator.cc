@@ -1,5 +1,7 @@
 #include "tower/train/evaluator.h"
 
+#include <fmt/ranges.h>
+
 #include "tower/data/input_pipeline.h"
 #include "tower/models/model.h"
 #include "tower/ops/nn_loss.h"
@@ -125,14 +127,36 @@ TransformSpec scale_to_unit() {
 }
 }  // namespace
 
-InputTransforms input_transforms(const std::string& augmentation, const Shape& model_input,
-                                 const Shape& data_image) {
+namespace {
+InputTransforms augmentation_transforms(const std::string& augmentation, const Shape& model_input,
+                                        const Shape& data_image) {
   if (augmentation == "cifar10" && cifar10_crops(model_input, data_image))
     return {cifar10_train_transform(), cifar10_eval_transform()};
   if (augmentation == "cifar10" || augmentation == "none")
     return {scale_to_unit(), scale_to_unit()};
   if (augmentation == "pad-crop-flip") return {pad_crop_flip_transform(4), scale_to_unit()};
   fail("--augmentation '{}': expected none, cifar10 or pad-crop-flip", augmentation);
+}
+}  // namespace
+
+InputTransforms input_transforms(const std::string& augmentation, const Shape& model_input,
+                                 const Shape& data_image, const Normalization& normalization) {
+  InputTransforms t = augmentation_transforms(augmentation, model_input, data_image);
+  if (!normalization.empty())
+    for (TransformSpec* spec : {&t.train, &t.eval}) {
+      spec->mean = normalization.mean;
+      spec->stddev = normalization.stddev;
+    }
+  return t;
+}
+
+std::string describe_input(const TransformSpec& spec) {
+  std::string text = spec.scale == 1 ? "pixels 0-255" : fmt::format("pixels x {:g}", spec.scale);
+  if (!spec.mean.empty())
+    text += fmt::format(", then (x - mean) / stddev per channel: mean ({:g}), stddev ({:g})",
+                        fmt::join(spec.mean, ", "), fmt::join(spec.stddev, ", "));
+  if (spec.standardize) text += ", then per-image standardization";
+  return text;
 }
 
 DatasetSpec run_data_spec(const DataOptions& o, const ModelDef& model) {

@@ -45,12 +45,15 @@ class Evaluator {
 //   pad-crop-flip  4 pixels of zero padding, a random crop back to the image size, flip, scaled
 //                  to [0, 1]; eval: scaled
 //   none           scaled to [0, 1]
+// then, in both, the model's normalization (ModelDef::normalization) where it has one.
 // Throws naming --augmentation for any other name.
 struct InputTransforms {
   TransformSpec train, eval;
 };
 InputTransforms input_transforms(const std::string& augmentation, const Shape& model_input,
-                                 const Shape& data_image);
+                                 const Shape& data_image, const Normalization& normalization = {});
+// "pixels x 0.00392157, then (x - mean) / stddev per channel: mean (...), stddev (...)".
+std::string describe_input(const TransformSpec& spec);
 
 // The data set a run trains on: `data` (--data), or without it the data set of the model's recipe
 // (Fashion-MNIST, which Debian installs; for any other an error that says what to pass and how

@@ -85,7 +85,10 @@ TransformSpec eval_transform(const TrainingState& state, const ModelDef& model,
                              const Shape& image) {
   const std::string& augmentation =
       state.augmentation.empty() ? model.recipe.augmentation : state.augmentation;
-  return input_transforms(augmentation, model.default_input, image).eval;
+  // The normalization the run trained with (older states: the model's).
+  const Normalization& normalization =
+      state.normalization.empty() ? model.normalization : state.normalization;
+  return input_transforms(augmentation, model.default_input, image, normalization).eval;
 }
 
 int inference_threads(int num_threads) {

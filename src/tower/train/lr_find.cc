@@ -63,8 +63,8 @@ LrFindResult lr_find(const LrFindConfig& config) {
   const ModelDef& model = get_model(c.model);
   auto train = std::make_shared<const Dataset>(
       open_dataset(run_data_spec(data_options(c), model), Split::train));
-  const InputTransforms transforms =
-      input_transforms(c.augmentation, model.default_input, train->image_shape());
+  const InputTransforms transforms = input_transforms(c.augmentation, model.default_input,
+                                                      train->image_shape(), model.normalization);
   const DevicePlan devices = select_devices({.devices = c.devices,
                                              .num_devices = c.num_devices,
                                              .num_gpus = c.num_gpus,

@@ -118,8 +118,8 @@ class Run {
     data.spec.report = chief_;  // one progress line and one warning per job, not one per rank
     data.train = std::make_shared<const Dataset>(open_dataset(data.spec, Split::train));
     const Dataset& train = *data.train;
-    data.transforms =
-        input_transforms(config_.augmentation, model_.default_input, train.image_shape());
+    data.transforms = input_transforms(config_.augmentation, model_.default_input,
+                                       train.image_shape(), model_.normalization);
     data.class_weights = class_weights(config_.class_weights, train);
     const std::string warning = check_model_fits_data(
         model_, transform_output_shape(data.transforms.train, train.image_shape()), train);
@@ -370,6 +370,10 @@ class Run {
                                             config_.unfreeze_lr_factor)
                               : "");
     fmt::print("{}\n", class_counts_line(*data_.train, !config_.class_weights.empty()));
+    fmt::print(
+        "input: {} (augmentation {}){}\n", describe_input(data_.transforms.eval),
+        config_.augmentation,
+        model_.normalization.empty() ? "" : "; the model's weights expect this normalization");
     if (config_.label_smoothing > 0 || !config_.class_weights.empty())
       fmt::print("loss: cross-entropy{}{}\n",
                  config_.label_smoothing > 0
@@ -494,6 +498,7 @@ class Run {
     state.program = this_program();
     state.progress = hooks_->progress();
     state.init = init_record_;
+    state.normalization = model_.normalization;
     return state;
   }
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -97,6 +98,24 @@ EvalProgress eval_progress_from_json(const Reader& r) {
   return p;
 }
 
+// {"mean": [...], "stddev": [...]}: one value per channel each, the deviations > 0.
+Normalization normalization_from(const Reader& r) {
+  Normalization n;
+  const auto values = [&r](const char* key, std::vector<float>& out, bool positive) {
+    for (const Json& v : r.at(key, &Json::is_array, "a list of numbers")) {
+      if (!v.is_number() || !std::isfinite(v.get<double>()) || (positive && v.get<double>() <= 0))
+        r.error(key, "holds " + v.dump(), positive ? "numbers > 0" : "finite numbers");
+      out.push_back(v.get<float>());
+    }
+  };
+  values("mean", n.mean, false);
+  values("stddev", n.stddev, true);
+  if (n.mean.empty() || n.mean.size() != n.stddev.size())
+    r.error("stddev", fmt::format("has {} values for {} means", n.stddev.size(), n.mean.size()),
+            "one per channel");
+  return n;
+}
+
 }  // namespace
 
 Json eval_progress_to_json(const EvalProgress& p) {
@@ -122,6 +141,8 @@ Json training_state_to_json(const TrainingState& s) {
   if (s.image_shape.rank() == 3) json["image_shape"] = s.image_shape.dims();
   if (!s.program.empty()) json["program"] = s.program;
   if (s.progress.best_step >= 0) json["progress"] = eval_progress_to_json(s.progress);
+  if (!s.normalization.empty())
+    json["normalization"] = {{"mean", s.normalization.mean}, {"stddev", s.normalization.stddev}};
   if (!s.init.file.empty())
     json["init_from"] = {
         {"file", s.init.file}, {"sha256", s.init.sha256}, {"source", s.init.source}};
@@ -161,6 +182,7 @@ TrainingState training_state_from_json(const Json& json, const std::string& file
     s.run.bn_momentum = m.get<float>();
   }
   if (run.has("freeze")) s.run.freeze = run.text("freeze");
+  if (top.has("normalization")) s.normalization = normalization_from(top.object("normalization"));
   if (top.has("init_from")) {
     Reader init = top.object("init_from");
     s.init = {init.text("file"), init.text("sha256"), init.text("source")};

@@ -72,6 +72,7 @@ struct TrainingState {
   std::string program;               // the file name of the program that trained it (older: "")
   EvalProgress progress;             // no evaluation yet in older ones
   InitRecord init;                   // file empty: the run started from its initializers
+  Normalization normalization;       // the model's input normalization (none: left out)
 };
 
 nlohmann::json training_state_to_json(const TrainingState& state);

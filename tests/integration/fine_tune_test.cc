@@ -2,17 +2,22 @@
 // new head and a frozen backbone, the record of where the weights came from, refusals that point
 // to --init_from, and frozen and thawing runs that keep the same bits on any layout and across a
 // resume.
+#include "tower/train/fine_tune.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "io/python_env.h"
 #include "testing/checkpoints.h"
 #include "testing/files.h"
 #include "testing/subprocess.h"
 #include "testing/tmp_dir.h"
 #include "tower/core/sha256.h"
 #include "tower/io/checkpoint.h"
+#include "tower/io/safetensors.h"
+#include "tower/models/model.h"
 
 namespace tower {
 namespace {
@@ -164,6 +169,60 @@ TEST_F(FineTuneCliTest, ThawingRunsKeepTheirBitsOnAnyLayoutAndAcrossAResume) {
       testing::checkpoint_tensors(pretrained(), 10).at("conv0/weights/ExponentialMovingAverage"));
   EXPECT_NE(start.at("conv0/weights"), end.at("conv0/weights"));
   EXPECT_EQ(end.count("conv0/weights/Momentum"), 1u);
+}
+
+// resnet18's variables under torchvision's names (the linear layer (out, in)), 1,000 classes,
+// small values that keep activations finite, batch norms at mean 0 and variance 1.
+void write_torchvision_resnet18(const std::string& path) {
+  const ModelDef& model = get_model("resnet18");
+  std::map<std::string, Tensor> tensors;
+  uint32_t state = 1;
+  for (const InitVariable& v : model_variables(model, Shape{3, 32, 32}, 1000)) {
+    const ForeignName name = model.foreign_names(v.name).at(0);
+    Tensor t(name.transposed ? Shape{v.shape[1], v.shape[0]} : v.shape, DType::f32);
+    const bool ones = v.name.ends_with("gamma") || v.name.ends_with("variance");
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      state = state * 1664525u + 1013904223u;
+      t.data<float>()[i] = ones ? 1.0f : static_cast<float>(state >> 8) / (1 << 24) * 0.1f - 0.05f;
+    }
+    if (v.name.ends_with("moving_mean")) t.fill_zero();
+    tensors.emplace(name.key, std::move(t));
+  }
+  std::vector<std::pair<std::string, const Tensor*>> list;
+  for (const auto& [name, t] : tensors) list.push_back({name, &t});
+  safetensors_write(path, list);
+}
+
+// The user's path of docs/fine_tune.md: a torchvision file and a folder of photos to a model that
+// trains with its head first, then evaluates, exports and predicts.
+TEST(FineTuneFromTorchvisionTest, AFolderOfPhotosToPredictions) {
+  std::string why;
+  auto python = testing::python_with("pillow numpy", &why);
+  if (!python) GTEST_SKIP() << why;
+  TmpDir tmp;
+  const std::string photos = tmp / "photos", dir = tmp / "run";
+  auto made = testing::run_shell(*python + " " + TOWER_SOURCE_DIR +
+                                 "/tests/data/make_images.py folder " + photos + " 48 32 2>&1");
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  write_torchvision_resnet18(tmp / "resnet18.safetensors");
+  auto r =
+      run_tower("train --model resnet18 --data folder:" + photos +
+                " --image_size 32 --test_fraction 0.25 --batch_size 8 --epochs 2 --init_from " +
+                (tmp / "resnet18.safetensors") +
+                " --freeze backbone --unfreeze_after_epochs 1 --train_dir " + dir);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* line :
+       {"resnet18's foreign names (torchvision's or timm's)", "100 of 102 variables loaded",
+        "(1000, 512) (transposed)", "frozen: conv1, layer1, layer2, layer3, layer4", "thaw;",
+        "input: pixels x 0.00392157, then (x - mean) / stddev per channel"})
+    EXPECT_TRUE(contains(r.output, line)) << line << "\n" << r.output;
+  EXPECT_EQ(run_tower("eval --run_once --train_dir " + dir).exit_code, 0);
+  auto exported = run_tower("export --train_dir " + dir + " --out " + (tmp / "m.onnx"));
+  EXPECT_EQ(exported.exit_code, 0) << exported.output;
+  auto predicted = run_tower("predict --train_dir " + dir + " " + photos + "/dog");
+  EXPECT_EQ(predicted.exit_code, 0) << predicted.output;
+  EXPECT_TRUE(contains(predicted.output, "cat") && contains(predicted.output, "frog"))
+      << predicted.output;
 }
 
 }  // namespace

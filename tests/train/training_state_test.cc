@@ -30,6 +30,9 @@ TrainingState example() {
   s.program = "my_trainer";
   s.progress = {
       .best = 0.75, .best_step = 400, .since_best = 2, .plateau_wait = 1, .lr_reductions = 3};
+  s.run.freeze = "backbone until epoch 2, then lr x 0.1";
+  s.init = {.file = "resnet18.safetensors", .sha256 = "ab12", .source = "a safetensors file"};
+  s.normalization = {{0.5f, 0.25f}, {0.2f, 0.1f}};
   return s;
 }
 
@@ -63,6 +66,12 @@ TEST(TrainingStateTest, RoundTripsEveryField) {
   EXPECT_EQ(back.progress.since_best, 2);
   EXPECT_EQ(back.progress.plateau_wait, 1);
   EXPECT_EQ(back.progress.lr_reductions, 3);
+  EXPECT_EQ(back.run.freeze, s.run.freeze);
+  EXPECT_EQ(back.init.file, s.init.file);
+  EXPECT_EQ(back.init.sha256, s.init.sha256);
+  EXPECT_EQ(back.init.source, s.init.source);
+  EXPECT_EQ(back.normalization.mean, s.normalization.mean);
+  EXPECT_EQ(back.normalization.stddev, s.normalization.stddev);
   EXPECT_EQ(training_state_to_json(back), json);
 }
 
@@ -97,7 +106,14 @@ TEST(TrainingStateTest, EveryMissingWrongOrOutOfRangeKeyIsNamedWithTheFile) {
            {"/program", "", "key 'program' is empty"},
            {"/progress/best", 2, "key 'progress.best' is 2 (expected a precision in [0, 1])"},
            {"/progress/since_best", -1, "key 'progress.since_best' is -1"},
-           {"/progress/lr_reductions", nullptr, "key 'progress.lr_reductions' is missing"}}) {
+           {"/progress/lr_reductions", nullptr, "key 'progress.lr_reductions' is missing"},
+           {"/run/freeze", 1, "key 'run.freeze' is 1 (expected a string)"},
+           {"/init_from/sha256", nullptr, "key 'init_from.sha256' is missing"},
+           {"/normalization/stddev", nlohmann::json::array({0.2, 0}),
+            "key 'normalization.stddev' holds 0 (expected numbers > 0)"},
+           {"/normalization/stddev", nlohmann::json::array({0.2}),
+            "key 'normalization.stddev' has 1 values for 2 means"},
+           {"/normalization/mean", "x", "key 'normalization.mean' is \"x\" (expected a list"}}) {
     SCOPED_TRACE(c.pointer);
     nlohmann::json bad = good;
     const nlohmann::json::json_pointer p(c.pointer);

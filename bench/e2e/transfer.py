@@ -3,7 +3,7 @@ as --data npy:DIR folders:
   OUT/pre   classes 0-4 (T-shirt/top, Trouser, Pullover, Dress, Coat): every training image;
   OUT/fine  classes 5-9 (Sandal, Shirt, Sneaker, Bag, Ankle boot): PER_CLASS training images of
             each (a user's small set), every test image of those classes.
-Usage: transfer.py OUT PER_CLASS"""
+Images are 32x32 RGB (resnet20's input). Usage: transfer.py OUT PER_CLASS"""
 import gzip
 import os
 import sys
@@ -21,8 +21,10 @@ def idx(name, offset):
 
 
 def split(kind):
+    """The images as resnet20 takes them: 32x32 RGB (2 pixels of black around, grey in 3)."""
     prefix = "train" if kind == "train" else "t10k"
     images = idx(f"{prefix}-images-idx3-ubyte.gz", 16).reshape(-1, 28, 28)
+    images = np.repeat(np.pad(images, ((0, 0), (2, 2), (2, 2)))[..., None], 3, axis=3)
     return images, idx(f"{prefix}-labels-idx1-ubyte.gz", 8)
 
 

@@ -85,9 +85,8 @@ def run(args):
     return result.stdout
 
 
-def make_model(name):
-    torch.manual_seed(0)
-    model = getattr(torchvision.models, name)(weights=None)
+def randomize_batch_norms(model):
+    """Statistics and affine parameters drawn at random, so that a mix-up of them shows."""
     with torch.no_grad():
         for m in model.modules():
             if isinstance(m, torch.nn.BatchNorm2d):
@@ -96,6 +95,35 @@ def make_model(name):
                 m.weight.uniform_(0.5, 1.5)
                 m.bias.normal_(0, 0.2)
     return model
+
+
+def make_model(name):
+    torch.manual_seed(0)
+    return randomize_batch_norms(getattr(torchvision.models, name)(weights=None))
+
+
+def check_timm(tower, work, data, x):
+    """timm's names: eval logits of its mobilenetv2_100 and resnet50 as tower's mobilenet_v2 and
+    resnet50 (their architectures are torchvision's)."""
+    try:
+        import timm
+    except ImportError:
+        print(json.dumps({"timm": "not installed: skipped"}))
+        return True
+    ok = True
+    for timm_name, name in (("mobilenetv2_100", "mobilenet_v2"), ("resnet50", "resnet50")):
+        torch.manual_seed(0)
+        model = randomize_batch_norms(timm.create_model(timm_name, pretrained=False)).eval()
+        weights = os.path.join(work, f"timm_{timm_name}.safetensors")
+        save_file({k: v.contiguous() for k, v in model.state_dict().items()}, weights)
+        logits_file = os.path.join(work, f"timm_{timm_name}_logits.npy")
+        run([tower, "eval", "--model", name, "--checkpoint", weights, "--save_logits",
+             logits_file, "--data", f"npy:{data}", "--num_threads", "2"])
+        with torch.no_grad():
+            diff, within = worst(np.load(logits_file), model(x).numpy())
+        print(json.dumps({"timm": timm_name, "as": name, "logits_max_diff": diff, "ok": within}))
+        ok = ok and within
+    return ok
 
 
 def write_data(work):
@@ -183,6 +211,7 @@ def check_model(tower, work, name, data, x, y):
     with torch.no_grad():
         expected = model(x).numpy()
     report["logits_max_diff"], ok_logits = worst(np.load(logits_file), expected)
+    report["logits_max_abs"] = float(np.abs(expected).max())
 
     # 2. one training step
     ok_step = check_step(tower, work, name, x, y, common, report)
@@ -212,6 +241,7 @@ def main():
     torch.set_num_threads(2)
     data, x, y = write_data(work)
     ok = all([check_model(tower, work, m, data, x, y) for m in models])
+    ok = check_timm(tower, work, data, x) and ok
     sys.exit(0 if ok else 1)
 
 

@@ -143,7 +143,9 @@ void list_unused(const Source& source, const std::vector<std::optional<Found>>& 
              (key.size() > v.name.size() && key.compare(0, v.name.size(), v.name) == 0 &&
               key[v.name.size()] == '/');
     });
-    if (of_variable || key.ends_with("num_batches_tracked") || key.ends_with("/global_step"))
+    if (key.ends_with("num_batches_tracked"))
+      ++init.counters;
+    else if (of_variable)
       ++init.skipped;
     else
       init.ignored.push_back(fmt::format("{} {}", key, shape_text(tensor.shape())));
@@ -216,9 +218,12 @@ std::string InitFrom::report(size_t variables) const {
   list("tensors of the file ignored (no variable of that name)", ignored);
   if (skipped > 0)
     text += fmt::format(
-        "  {} tensors skipped: raw weights beside their averages, optimizer state and counters (a "
-        "new run starts its own)\n",
+        "  {} tensors skipped: optimizer state and raw weights beside their averages (a new run "
+        "starts its own)\n",
         skipped);
+  if (counters > 0)
+    text += fmt::format("  {} batch counters skipped (num_batches_tracked: tower has none)\n",
+                        counters);
   return text;
 }
 

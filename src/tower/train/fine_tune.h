@@ -33,8 +33,10 @@ struct InitFrom {
   std::map<std::string, Tensor> values;  // by variable name, in this model's layout (f32)
   // Lines of the report: the variables left as initialized and why, the file's tensors unused.
   std::vector<std::string> reinitialized, missing, ignored;
-  size_t loaded = 0;    // variables taken from the file (values may be freed once copied)
-  int64_t skipped = 0;  // tensors with no use here (optimizer slots, num_batches_tracked)
+  size_t loaded = 0;  // variables taken from the file (values may be freed once copied)
+  // Tensors with no use in a new run: a checkpoint's optimizer slots, and the raw weights beside
+  // the averages taken; batch counters (PyTorch's num_batches_tracked).
+  int64_t skipped = 0, counters = 0;
 
   // The block a run prints: what was loaded, re-initialized and ignored.
   std::string report(size_t variables) const;

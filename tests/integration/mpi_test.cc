@@ -10,6 +10,7 @@
 #include <fstream>
 #include <thread>
 
+#include "testing/checkpoints.h"
 #include "testing/files.h"
 #include "testing/subprocess.h"
 #include "testing/tmp_dir.h"
@@ -127,6 +128,30 @@ TEST_F(MpiTest, TwoAndThreeRanksMatchOneProcessWithTheSameGlobalBatch) {
       EXPECT_LE(worst, 1e-4) << name;
     }
   }
+}
+
+// Fine-tuning across ranks: rank 0 reads the --init_from weights and hands them out, the frozen
+// layers thaw at the same step everywhere, and 2 ranks of 1 tower end on the bits of 1 process of
+// 2 towers (micro-batches).
+TEST_F(MpiTest, FineTuningGivesTheSameBitsOnRanksAsOnTowers) {
+  TmpDir dirs;
+  auto pre = run_tower(train_flags(dirs / "pre", 2, 10));
+  ASSERT_EQ(pre.exit_code, 0) << pre.output;
+  const auto flags = [&](const std::string& dir, int towers) {
+    return "train --model lenet --data idx:" + data_->path() + " --num_devices " +
+           std::to_string(towers) +
+           " --global_batch_size 16 --micro_batch_size 8 --optimizer momentum --lr 0.02 "
+           "--lr_schedule constant --max_steps 8 --save_every_steps 8 --init_from " +
+           (dirs / "pre") + " --freeze conv1,conv2 --unfreeze_after_epochs 0.02 --train_dir " + dir;
+  };
+  auto towers = run_tower(flags(dirs / "towers", 2));
+  ASSERT_EQ(towers.exit_code, 0) << towers.output;
+  auto ranks = run_command(ranks_command(2, flags(dirs / "ranks", 1)));
+  ASSERT_EQ(ranks.exit_code, 0) << ranks.output;
+  EXPECT_TRUE(contains(ranks.output, "step 4: conv1, conv2 thaw")) << ranks.output;
+  EXPECT_EQ(ranks.output.find("init from"), ranks.output.rfind("init from")) << ranks.output;
+  EXPECT_EQ(testing::checkpoint_tensors(dirs / "towers", 8),
+            testing::checkpoint_tensors(dirs / "ranks", 8));
 }
 
 // Warnings that are the same on every rank (a warm-up clamped to a short run) come from rank 0

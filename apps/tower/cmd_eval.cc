@@ -154,6 +154,8 @@ CommandRegistrar registrar{
        app.add_flag("--no_ema", flags.no_ema,
                     "Use the raw weights instead of their moving average");
        app.add_flag("--run_once", flags.run_once, "Evaluate once and exit");
+       app.add_flag("--skip_bad_images", flags.config.skip_bad_images,
+                    "An image folder's corrupt images are skipped with a warning, as in training");
        app.add_option("--eval_interval_secs", flags.interval,
                       "Seconds between looks for a new checkpoint")
            ->capture_default_str()

@@ -206,14 +206,55 @@ TEST(ImageFolderTest, BadFoldersAndImagesAreNamed) {
   write_png(one.file("only/1.png"), random_pixels(8, 8, 3, 1), 8, 8, 3);
   expect_error([&] { list_image_folder(one.path(), 0.1); }, {"1 class folder", "at least 2"});
 
-  write_bytes(dir.file("b/bad.png"), {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n', 0, 0});
-  expect_error([&] { read_image_folder(dir.path(), Split::train, rgb32()); },
-               {"b/bad.png", "--skip_bad_images"});
-  FolderOptions skip = rgb32();
+  write_bytes(dir.file("b/broken.png"), {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n', 0, 0});
+  FolderOptions strict = rgb32();
+  strict.test_fraction = 0.01;  // every image in training
+  expect_error([&] { read_image_folder(dir.path(), Split::train, strict); },
+               {"b/broken.png", "--skip_bad_images"});
+  FolderOptions skip = strict;
   skip.skip_bad_images = true;
-  skip.test_fraction = 0.01;
   Dataset d = read_image_folder(dir.path(), Split::train, skip);
   EXPECT_EQ(d.size(), 6);
+  // The cache that run wrote serves a run without the flag too: it names the bad image.
+  expect_error([&] { read_image_folder(dir.path(), Split::train, strict); },
+               {"b/broken.png", "--skip_bad_images", "1 of"});
+  EXPECT_EQ(read_image_folder(dir.path(), Split::train, skip).size(), 6);
+}
+
+// The cache's pixels and labels carry checksums: a flipped bit is named and the images are
+// decoded again, never trained on.
+TEST(ImageFolderTest, ADamagedCacheIsNamedAndRebuilt) {
+  TempDir dir;
+  make_folder(dir.path(), 2);
+  FolderOptions o = rgb32();
+  o.test_fraction = 0.01;
+  const Dataset first = read_image_folder(dir.path(), Split::train, o);
+  const std::vector<uint8_t> pixels(first.images.data<uint8_t>(),
+                                    first.images.data<uint8_t>() + first.images.numel());
+  const std::string cache = dir.file(".tower-cache/train-3x32x32.bin");
+  const auto flip = [&](size_t from_end) {
+    std::fstream f(cache, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(-static_cast<std::streamoff>(from_end), std::ios::end);
+    char c = 0;
+    f.read(&c, 1);
+    f.seekp(-static_cast<std::streamoff>(from_end), std::ios::end);
+    c = static_cast<char>(c ^ 0x10);
+    f.write(&c, 1);
+  };
+  flip(1);  // the last image's last pixel
+  ::testing::internal::CaptureStderr();
+  const Dataset again = read_image_folder(dir.path(), Split::train, o);
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(said.find("image 5 of the cache"), std::string::npos) << said;
+  EXPECT_NE(said.find("fails its checksum: decoding the images again"), std::string::npos) << said;
+  EXPECT_EQ(std::vector<uint8_t>(again.images.data<uint8_t>(),
+                                 again.images.data<uint8_t>() + again.images.numel()),
+            pixels);
+  flip(first.images.nbytes() + 128);  // the first label (the checksums and pixels follow it)
+  ::testing::internal::CaptureStderr();
+  read_image_folder(dir.path(), Split::train, o);
+  const std::string labels = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(labels.find("fail"), std::string::npos) << labels;
 }
 
 // A .npy file's bytes: format 1.0 (or 2.0), C order.

@@ -16,8 +16,8 @@
 #include "io/python_env.h"
 #include "testing/files.h"
 #include "testing/tmp_dir.h"
+#include "tower/core/crc32c.h"
 #include "tower/core/error.h"
-#include "tower/io/crc32c.h"
 #include "tower/io/png.h"
 
 namespace tower {

@@ -33,6 +33,7 @@ TrainingState example() {
   s.run.freeze = "backbone until epoch 2, then lr x 0.1";
   s.init = {.file = "resnet18.safetensors", .sha256 = "ab12", .source = "a safetensors file"};
   s.normalization = {{0.5f, 0.25f}, {0.2f, 0.1f}};
+  s.test_fraction = 0.25;
   return s;
 }
 
@@ -72,6 +73,7 @@ TEST(TrainingStateTest, RoundTripsEveryField) {
   EXPECT_EQ(back.init.source, s.init.source);
   EXPECT_EQ(back.normalization.mean, s.normalization.mean);
   EXPECT_EQ(back.normalization.stddev, s.normalization.stddev);
+  EXPECT_EQ(back.test_fraction, 0.25);
   EXPECT_EQ(training_state_to_json(back), json);
 }
 
@@ -108,6 +110,7 @@ TEST(TrainingStateTest, EveryMissingWrongOrOutOfRangeKeyIsNamedWithTheFile) {
            {"/progress/since_best", -1, "key 'progress.since_best' is -1"},
            {"/progress/lr_reductions", nullptr, "key 'progress.lr_reductions' is missing"},
            {"/run/freeze", 1, "key 'run.freeze' is 1 (expected a string)"},
+           {"/test_fraction", 1, "key 'test_fraction' is 1 (expected a number in (0, 1))"},
            {"/init_from/sha256", nullptr, "key 'init_from.sha256' is missing"},
            {"/normalization/stddev", nlohmann::json::array({0.2, 0}),
             "key 'normalization.stddev' holds 0 (expected numbers > 0)"},

@@ -8,7 +8,8 @@
 
 namespace tower {
 
-inline constexpr uint64_t kFnv1aBasis = 1469598103934665603ull;
+// The standard offset basis (older versions had its last digit missing, and so other splits).
+inline constexpr uint64_t kFnv1aBasis = 14695981039346656037ull;
 
 // The hash of `n` bytes, continuing from `h` (chain calls to hash several pieces).
 inline uint64_t fnv1a(const void* data, size_t n, uint64_t h = kFnv1aBasis) {

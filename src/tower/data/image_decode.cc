@@ -52,6 +52,16 @@ DecodedImage decode_jpeg(std::span<const uint8_t> bytes, const std::string& file
   return image;
 }
 
+// The IHDR chunk opens every PNG: its width and height, big-endian, at bytes 16-23.
+ImageInfo png_info(std::span<const uint8_t> b, const std::string& file) {
+  if (b.size() < 24 || std::memcmp(b.data() + 12, "IHDR", 4) != 0)
+    fail("{}: corrupt or truncated PNG image (no IHDR header)", file);
+  const auto be32 = [&](size_t at) {
+    return int64_t{b[at]} << 24 | int64_t{b[at + 1]} << 16 | int64_t{b[at + 2]} << 8 | b[at + 3];
+  };
+  return {.height = be32(20), .width = be32(16), .format = "PNG"};
+}
+
 DecodedImage decode_png(std::span<const uint8_t> bytes, const std::string& file) {
   std::unique_ptr<spng_ctx, void (*)(spng_ctx*)> ctx(spng_ctx_new(0), spng_ctx_free);
   if (!ctx) fail("{}: cannot start the PNG decoder", file);
@@ -120,6 +130,18 @@ Taps make_taps(int64_t in, int64_t resized, int64_t offset, int64_t out) {
 }
 
 }  // namespace
+
+ImageInfo image_info(std::span<const uint8_t> bytes, const std::string& file) {
+  if (is_png(bytes)) return png_info(bytes, file);
+  if (!is_jpeg(bytes)) fail("{}: neither a JPEG nor a PNG image", file);
+  thread_local std::unique_ptr<void, int (*)(tjhandle)> tj(tjInitDecompress(), tjDestroy);
+  int width = 0, height = 0, subsampling = 0, colorspace = 0;
+  if (!tj || tjDecompressHeader3(tj.get(), const_cast<unsigned char*>(bytes.data()),
+                                 static_cast<unsigned long>(bytes.size()), &width, &height,
+                                 &subsampling, &colorspace) != 0)
+    fail("{}: not a readable JPEG image", file);
+  return {.height = height, .width = width, .format = "JPEG"};
+}
 
 DecodedImage decode_image(std::span<const uint8_t> bytes, const std::string& file) {
   if (is_jpeg(bytes)) return decode_jpeg(bytes, file);

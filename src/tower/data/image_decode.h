@@ -20,6 +20,13 @@ struct DecodedImage {
 // truncated image is a tower::Error naming the file.
 DecodedImage decode_image(std::span<const uint8_t> bytes, const std::string& file);
 
+// A JPEG's or PNG's size and format from its header alone (no pixels decoded); errors name `file`.
+struct ImageInfo {
+  int64_t height = 0, width = 0;
+  const char* format = "";  // "JPEG" or "PNG"
+};
+ImageInfo image_info(std::span<const uint8_t> bytes, const std::string& file);
+
 // `image` with `channels` (1 or 3) channels: grey from RGB as ITU-R 601 luma with Pillow's
 // integer weights, RGB from grey by repeating it, alpha dropped.
 DecodedImage convert_channels(const DecodedImage& image, int64_t channels);

@@ -16,6 +16,7 @@
 #include <optional>
 #include <thread>
 
+#include "tower/core/crc32c.h"
 #include "tower/core/hash.h"
 #include "tower/data/file_io.h"
 #include "tower/data/image_decode.h"
@@ -74,7 +75,8 @@ std::vector<FolderEntry> list_classes(const fs::path& root, const fs::path& base
 }
 
 // The cache file's layout (little-endian; docs/data.md): a 64-byte header, the class names, the
-// labels (i32) from a 64-byte boundary, then the pixels (u8, N x C x H x W) from the next one.
+// bad images left out (why each is bad), the labels (i32) from a 64-byte boundary, a CRC-32C of
+// each image from the next one, then the pixels (u8, N x C x H x W) from the next one.
 struct CacheHeader {
   char magic[8];  // "TOWERIMG"
   uint32_t version;
@@ -83,14 +85,58 @@ struct CacheHeader {
   uint64_t key;
   uint32_t num_classes;
   uint32_t names_bytes;  // the class names: each a u32 length then its bytes
-  uint8_t reserved[16];
+  uint32_t bad;          // images that failed to decode, left out (--skip_bad_images)
+  uint32_t bad_bytes;    // their reasons, after the names: each a u32 length then its bytes
+  uint32_t labels_crc;   // CRC-32C of the labels
+  uint32_t reserved;
 };
 static_assert(sizeof(CacheHeader) == 64);
-constexpr uint32_t kCacheVersion = 1;
+// Version 2: checksums, the bad images recorded (one cache for runs with and without
+// --skip_bad_images), and the standard FNV-1a basis (other splits than version 1's).
+constexpr uint32_t kCacheVersion = 2;
 size_t align64(size_t n) { return (n + 63) / 64 * 64; }
 
+// Where the parts of a cache of `h` lie.
+struct CacheLayout {
+  size_t labels, crcs, pixels, end;
+};
+CacheLayout cache_layout(const CacheHeader& h) {
+  CacheLayout l;
+  l.labels = align64(sizeof h + h.names_bytes + h.bad_bytes);
+  l.crcs = align64(l.labels + h.count * 4);
+  l.pixels = align64(l.crcs + h.count * 4);
+  l.end = l.pixels + h.count * h.channels * h.height * h.width;
+  return l;
+}
+
+// Length-prefixed strings (u32 length, then the bytes) from [at, end); nothing if they overrun.
+std::optional<std::vector<std::string>> read_strings(const uint8_t* base, size_t at, size_t end,
+                                                     uint32_t count) {
+  std::vector<std::string> out;
+  for (uint32_t c = 0; c < count; ++c) {
+    uint32_t n = 0;
+    if (at + 4 > end) return std::nullopt;
+    std::memcpy(&n, base + at, 4);
+    if (at + 4 + n > end) return std::nullopt;
+    out.emplace_back(reinterpret_cast<const char*>(base + at + 4), n);
+    at += 4 + n;
+  }
+  return out;
+}
+std::string write_strings(const std::vector<std::string>& strings) {
+  std::string out;
+  for (const std::string& s : strings) {
+    const auto n = static_cast<uint32_t>(s.size());
+    out.append(reinterpret_cast<const char*>(&n), 4);
+    out += s;
+  }
+  return out;
+}
+
+// The key says which images, of what size: one cache serves runs with and without
+// --skip_bad_images (it records the bad images).
 uint64_t cache_key(const std::vector<FolderEntry>& entries, const FolderOptions& o) {
-  uint64_t h = fnv1a(o.image_shape.to_string() + (o.skip_bad_images ? " skip" : ""));
+  uint64_t h = fnv1a(o.image_shape.to_string());
   for (const FolderEntry& e : entries) {
     h = fnv1a(e.path, h);
     h = fnv1a(&e.label, sizeof e.label, h);
@@ -100,10 +146,28 @@ uint64_t cache_key(const std::vector<FolderEntry>& entries, const FolderOptions&
   return h;
 }
 
-// The data set in the cache file, or nothing (with the reason) when it is missing, truncated or
-// for another folder or size.
-std::optional<Dataset> map_cache(const std::string& file, uint64_t key, const Shape& shape,
-                                 std::string& why) {
+// A split as decoded: its data set and the images left out (--skip_bad_images), each reason
+// naming its file.
+struct Decoded {
+  Dataset data;
+  std::vector<std::string> bad;
+};
+
+// The first of the kept images whose pixels fail their checksum, or -1.
+int64_t failing_image(const uint8_t* pixels, const uint8_t* crcs, int64_t n, size_t image_bytes) {
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t crc = 0;
+    std::memcpy(&crc, crcs + 4 * i, 4);
+    if (crc32c(pixels + static_cast<size_t>(i) * image_bytes, image_bytes) != crc) return i;
+  }
+  return -1;
+}
+
+// The data set in the cache file, or nothing (with the reason) when it is missing, truncated,
+// for another folder or size, or fails a checksum (`entries` name a failing image when none was
+// left out).
+std::optional<Decoded> map_cache(const std::string& file, uint64_t key, const Shape& shape,
+                                 const std::vector<FolderEntry>& entries, std::string& why) {
   const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     why = "no cache yet";
@@ -133,60 +197,62 @@ std::optional<Dataset> map_cache(const std::string& file, uint64_t key, const Sh
     why = "the folder or the image size changed";
     return std::nullopt;
   }
-  const size_t labels_at = align64(sizeof h + h.names_bytes);
-  const size_t pixels_at = align64(labels_at + h.count * 4);
-  const size_t pixels = h.count * h.channels * h.height * h.width;
-  if (size != pixels_at + pixels) {
+  const CacheLayout l = cache_layout(h);
+  if (size != l.end) {
     why = "the cache is truncated";
     return std::nullopt;
   }
-  Dataset d;
-  size_t at = sizeof h;
-  for (uint32_t c = 0; c < h.num_classes; ++c) {
-    uint32_t n = 0;
-    if (at + 4 > labels_at) break;
-    std::memcpy(&n, base + at, 4);
-    if (at + 4 + n > labels_at) break;
-    d.class_names.emplace_back(reinterpret_cast<const char*>(base + at + 4), n);
-    at += 4 + n;
-  }
-  if (d.class_names.size() != h.num_classes) {
-    why = "the cache's class names are damaged";
+  const size_t names_end = sizeof h + h.names_bytes;
+  auto names = read_strings(base, sizeof h, names_end, h.num_classes);
+  auto bad = read_strings(base, names_end, l.labels, h.bad);
+  if (!names || !bad) {
+    why = "the cache's class names or list of bad images are damaged";
     return std::nullopt;
   }
   const auto n = static_cast<int64_t>(h.count);
-  d.num_classes = static_cast<int>(h.num_classes);
-  d.labels = Tensor::wrap(const_cast<uint8_t*>(base + labels_at), Shape{n}, DType::i32);
+  if (crc32c(base + l.labels, static_cast<size_t>(n) * 4) != h.labels_crc) {
+    why = "the cache's labels fail their checksum";
+    return std::nullopt;
+  }
+  const size_t image_bytes = static_cast<size_t>(shape.numel());
+  if (const int64_t i = failing_image(base + l.pixels, base + l.crcs, n, image_bytes); i >= 0) {
+    why = fmt::format("image {} of the cache{} fails its checksum", i,
+                      bad->empty() && i < static_cast<int64_t>(entries.size())
+                          ? fmt::format(" ({})", entries[static_cast<size_t>(i)].path)
+                          : "");
+    return std::nullopt;
+  }
+  Decoded d{.bad = std::move(*bad)};
+  d.data.class_names = std::move(*names);
+  d.data.num_classes = static_cast<int>(h.num_classes);
+  d.data.labels = Tensor::wrap(const_cast<uint8_t*>(base + l.labels), Shape{n}, DType::i32);
   for (int64_t i = 0; i < n; ++i)
-    if (d.labels.data<int32_t>()[i] < 0 || d.labels.data<int32_t>()[i] >= d.num_classes) {
-      why = "the cache's labels are damaged";
+    if (d.data.labels.data<int32_t>()[i] < 0 ||
+        d.data.labels.data<int32_t>()[i] >= d.data.num_classes) {
+      why = "the cache's labels are out of range";
       return std::nullopt;
     }
-  d.images = Tensor::wrap(const_cast<uint8_t*>(base + pixels_at),
-                          Shape{n, shape[0], shape[1], shape[2]}, DType::u8);
-  d.backing = std::move(mapping);
+  d.data.images = Tensor::wrap(const_cast<uint8_t*>(base + l.pixels),
+                               Shape{n, shape[0], shape[1], shape[2]}, DType::u8);
+  d.data.backing = std::move(mapping);
   return d;
 }
 
 // Writes the data set to the cache file atomically (a temporary file renamed over it). A folder
 // that cannot be written only costs the next run a decode: a warning, no error.
-void write_cache(const std::string& file, uint64_t key, const Dataset& d, bool report) {
+void write_cache(const std::string& file, uint64_t key, const Decoded& decoded, bool report) {
   auto cannot_write = [&] {
     if (report)
       fmt::print(stderr, "warning: cannot write the image cache '{}': the next run decodes again\n",
                  file);
   };
+  const Dataset& d = decoded.data;
   std::error_code ec;
   fs::create_directories(fs::path(file).parent_path(), ec);
   const std::string tmp = file + ".tmp." + std::to_string(::getpid());
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    std::string names;
-    for (const std::string& name : d.class_names) {
-      const auto n = static_cast<uint32_t>(name.size());
-      names.append(reinterpret_cast<const char*>(&n), 4);
-      names += name;
-    }
+    const std::string names = write_strings(d.class_names), bad = write_strings(decoded.bad);
     const Shape image = d.image_shape();
     CacheHeader h{};
     std::memcpy(h.magic, "TOWERIMG", 8);
@@ -198,17 +264,27 @@ void write_cache(const std::string& file, uint64_t key, const Dataset& d, bool r
     h.key = key;
     h.num_classes = static_cast<uint32_t>(d.class_names.size());
     h.names_bytes = static_cast<uint32_t>(names.size());
+    h.bad = static_cast<uint32_t>(decoded.bad.size());
+    h.bad_bytes = static_cast<uint32_t>(bad.size());
+    h.labels_crc = crc32c(d.labels.raw_data(), d.labels.nbytes());
+    const size_t image_bytes = static_cast<size_t>(image.numel());
+    std::vector<uint32_t> crcs(static_cast<size_t>(d.size()));
+    for (size_t i = 0; i < crcs.size(); ++i)
+      crcs[i] = crc32c(d.images.data<uint8_t>() + i * image_bytes, image_bytes);
+    const CacheLayout l = cache_layout(h);
     const std::string pad(64, '\0');
-    out.write(reinterpret_cast<const char*>(&h), sizeof h);
-    out.write(names.data(), static_cast<std::streamsize>(names.size()));
-    out.write(pad.data(), static_cast<std::streamsize>(align64(sizeof h + names.size()) - sizeof h -
-                                                       names.size()));
-    out.write(static_cast<const char*>(d.labels.raw_data()),
-              static_cast<std::streamsize>(d.labels.nbytes()));
-    const size_t labels_end = align64(sizeof h + names.size()) + d.labels.nbytes();
-    out.write(pad.data(), static_cast<std::streamsize>(align64(labels_end) - labels_end));
-    out.write(static_cast<const char*>(d.images.raw_data()),
-              static_cast<std::streamsize>(d.images.nbytes()));
+    size_t at = 0;
+    const auto put = [&](const void* data, size_t bytes, size_t from) {
+      out.write(pad.data(), static_cast<std::streamsize>(from - at));
+      out.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
+      at = from + bytes;
+    };
+    put(&h, sizeof h, 0);
+    put(names.data(), names.size(), at);
+    put(bad.data(), bad.size(), at);
+    put(d.labels.raw_data(), d.labels.nbytes(), l.labels);
+    put(crcs.data(), crcs.size() * 4, l.crcs);
+    put(d.images.raw_data(), d.images.nbytes(), l.pixels);
     out.flush();
     if (!out) {
       out.close();
@@ -248,7 +324,7 @@ std::span<const uint8_t> read_small_file(const std::string& file, uint64_t expec
 
 // Decodes the entries into a data set of `shape`, on `threads` threads, with progress on stderr
 // after the first second.
-Dataset decode_entries(const std::string& dir, const std::string& what,
+Decoded decode_entries(const std::string& dir, const std::string& what,
                        std::vector<FolderEntry> entries, const FolderOptions& o) {
   const Shape& shape = o.image_shape;
   const int64_t n = static_cast<int64_t>(entries.size()), image_bytes = shape.numel();
@@ -291,14 +367,14 @@ Dataset decode_entries(const std::string& dir, const std::string& what,
   for (std::thread& t : pool) t.join();
   progress.join();
 
-  int64_t bad = 0;
-  std::string first_bad;
+  Decoded decoded;
   for (size_t i = 0; i < errors.size(); ++i)
     if (!errors[i].empty()) {
       if (!o.skip_bad_images) fail("{} (--skip_bad_images skips such images)", errors[i]);
-      if (bad++ == 0) first_bad = errors[i];
+      decoded.bad.push_back(errors[i]);
     }
-  Dataset d;
+  const auto bad = static_cast<int64_t>(decoded.bad.size());
+  Dataset& d = decoded.data;
   const int64_t kept = n - bad;
   d.labels = Tensor(Shape{kept}, DType::i32);
   if (bad > 0) {  // the good images only
@@ -315,10 +391,7 @@ Dataset decode_entries(const std::string& dir, const std::string& what,
                   static_cast<size_t>(image_bytes));
     d.labels.data<int32_t>()[k++] = entries[static_cast<size_t>(i)].label;
   }
-  if (bad > 0 && o.report)
-    fmt::print(stderr, "warning: skipped {} bad image{} of {} (--skip_bad_images), the first: {}\n",
-               bad, bad == 1 ? "" : "s", what, first_bad);
-  return d;
+  return decoded;
 }
 
 }  // namespace
@@ -370,18 +443,24 @@ Dataset read_image_folder(const std::string& dir, Split split, const FolderOptio
       fmt::format("{}-{}x{}x{}", split_name(split), shape[0], shape[1], shape[2]);
   const std::string file = (fs::path(dir) / ".tower-cache" / (name + ".bin")).string();
   const uint64_t key = cache_key(entries, o);
+  const std::string what = fmt::format("{} ({})", dir, split_name(split));
   std::string why;
-  std::optional<Dataset> cached = map_cache(file, key, shape, why);
+  std::optional<Decoded> cached = map_cache(file, key, shape, entries, why);
   if (!cached) {
     if (why != "no cache yet" && o.report)
       fmt::print(stderr, "{}: {}: decoding the images again\n", file, why);
-    cached =
-        decode_entries(dir, fmt::format("{} ({})", dir, split_name(split)), std::move(entries), o);
-    cached->class_names = listing.classes;
-    cached->num_classes = static_cast<int>(listing.classes.size());
+    cached = decode_entries(dir, what, std::move(entries), o);
+    cached->data.class_names = listing.classes;
+    cached->data.num_classes = static_cast<int>(listing.classes.size());
     write_cache(file, key, *cached, o.report);
   }
-  return std::move(*cached);
+  const std::vector<std::string>& bad = cached->bad;
+  if (!bad.empty() && !o.skip_bad_images)  // a cache a run with --skip_bad_images wrote
+    fail("{} (--skip_bad_images skips such images; {} of {} are bad)", bad[0], bad.size(), what);
+  if (!bad.empty() && o.report)
+    fmt::print(stderr, "warning: skipped {} bad image{} of {} (--skip_bad_images), the first: {}\n",
+               bad.size(), bad.size() == 1 ? "" : "s", what, bad[0]);
+  return std::move(cached->data);
 }
 
 }  // namespace tower

@@ -12,8 +12,8 @@
 #include <filesystem>
 #include <vector>
 
+#include "tower/core/crc32c.h"
 #include "tower/core/error.h"
-#include "tower/io/crc32c.h"
 #include "tower/io/png.h"
 
 namespace tower {

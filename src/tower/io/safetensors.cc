@@ -12,8 +12,8 @@
 #include <span>
 #include <string_view>
 
+#include "tower/core/crc32c.h"
 #include "tower/io/atomic_file.h"
-#include "tower/io/crc32c.h"
 
 namespace tower {
 namespace {

@@ -78,7 +78,10 @@ EvalResult evaluate_checkpoint(const EvalConfig& config) {
   const ModelDef& model = run_model(state, prefix + ".json");
   const bool other_data = !config.data.empty() && config.data != state.run.data;
   const std::string data = other_data ? config.data : state.run.data;
-  DatasetSpec spec = run_data_spec({.data = data}, model);
+  // The images the run held out (a folder's split depends on the fraction).
+  const double fraction = !other_data && state.test_fraction > 0 ? state.test_fraction : 0.1;
+  DatasetSpec spec = run_data_spec(
+      {.data = data, .test_fraction = fraction, .skip_bad_images = config.skip_bad_images}, model);
   if (spec.format == DatasetFormat::folder && state.image_shape.rank() == 3)
     spec.image_shape = state.image_shape;  // the size the run trained on (--image_size)
   auto test_set = std::make_shared<const Dataset>(open_dataset(spec, Split::test));

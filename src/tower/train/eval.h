@@ -21,6 +21,7 @@ struct EvalConfig {
   int64_t batch_size = 500;
   int num_threads = 0;  // 0: all cores
   Precision precision = Precision::fp32;
+  bool skip_bad_images = false;  // an image folder's corrupt images: skipped with a warning
 };
 
 struct EvalResult {

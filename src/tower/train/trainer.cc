@@ -494,6 +494,7 @@ class Run {
     state.augmentation = config_.augmentation;
     state.classes = data_.train->class_names;
     state.image_shape = data_.train->image_shape();
+    if (data_.spec.format == DatasetFormat::folder) state.test_fraction = config_.test_fraction;
     state.schedule = {lr_schedule_, config_.lr, total_steps_};
     state.program = this_program();
     state.progress = hooks_->progress();

@@ -139,6 +139,7 @@ Json training_state_to_json(const TrainingState& s) {
                {"augmentation", s.augmentation}};
   if (!s.classes.empty()) json["classes"] = s.classes;
   if (s.image_shape.rank() == 3) json["image_shape"] = s.image_shape.dims();
+  if (s.test_fraction > 0) json["test_fraction"] = s.test_fraction;
   if (!s.program.empty()) json["program"] = s.program;
   if (s.progress.best_step >= 0) json["progress"] = eval_progress_to_json(s.progress);
   if (!s.normalization.empty())
@@ -210,6 +211,12 @@ TrainingState training_state_from_json(const Json& json, const std::string& file
     s.image_shape = Shape(dims);
   }
   if (top.has("program")) s.program = top.text("program");
+  if (top.has("test_fraction")) {
+    const Json& f = top.at("test_fraction", &Json::is_number, "a number in (0, 1)");
+    if (!(f.get<double>() > 0 && f.get<double>() < 1))
+      top.error("test_fraction", "is " + f.dump(), "a number in (0, 1)");
+    s.test_fraction = f.get<double>();
+  }
   if (top.has("progress")) s.progress = eval_progress_from_json(top.object("progress"));
   if (top.has("schedule")) {
     Reader schedule = top.object("schedule");

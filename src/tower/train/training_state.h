@@ -68,6 +68,7 @@ struct TrainingState {
   std::string augmentation;          // empty in checkpoints of older versions
   std::vector<std::string> classes;  // the class names of the data set (empty in older ones)
   Shape image_shape;                 // (C, H, W) of the data set's images (rank 0 in older ones)
+  double test_fraction = 0;          // an image folder's held-out fraction (0: not recorded)
   ScheduleRecord schedule;           // total_steps 0 in older ones
   std::string program;               // the file name of the program that trained it (older: "")
   EvalProgress progress;             // no evaluation yet in older ones

@@ -1,4 +1,5 @@
-// CRC-32C (Castagnoli), the checksum TFRecord framing uses for TensorBoard event files.
+// CRC-32C (Castagnoli): the checksum of TFRecord framing (TensorBoard event files), of checkpoint
+// tensors and of the image cache.
 #pragma once
 
 #include <cstddef>

@@ -1,4 +1,4 @@
-#include "tower/io/crc32c.h"
+#include "tower/core/crc32c.h"
 
 #include <gtest/gtest.h>
 

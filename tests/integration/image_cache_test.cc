@@ -51,6 +51,14 @@ TEST(ImageCacheTest, DataTrainAndEvalShareOneTrustedCache) {
   auto trained = run_tower(train + " --skip_bad_images");
   ASSERT_EQ(trained.exit_code, 0) << trained.output;
   EXPECT_TRUE(contains(trained.output, "skipped 1 bad image")) << trained.output;
+  // The run says what happens to the images: their size, and why the recipe's augmentation
+  // (resnet20's pad-crop-flip) runs as it does.
+  for (const char* line :
+       {"images: each file resized (shorter side) and centre-cropped to (3, 32, "
+        "32) (the size of the recipe's data",
+        "training: pad 4, random crop to the image's size, flip, pixels x 0.00392157; "
+        "evaluation: pixels x 0.00392157"})
+    EXPECT_TRUE(contains(trained.output, line)) << line << "\n" << trained.output;
   // eval reads the same cache (no decoding line), and stops on the bad image without the flag.
   auto eval = run_tower("eval --run_once --train_dir " + run);
   EXPECT_FALSE(contains(eval.output, "decoding the images again")) << eval.output;

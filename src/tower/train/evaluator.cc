@@ -142,6 +142,11 @@ InputTransforms augmentation_transforms(const std::string& augmentation, const S
 InputTransforms input_transforms(const std::string& augmentation, const Shape& model_input,
                                  const Shape& data_image, const Normalization& normalization) {
   InputTransforms t = augmentation_transforms(augmentation, model_input, data_image);
+  if (augmentation == "cifar10" && !cifar10_crops(model_input, data_image))
+    t.note = fmt::format(
+        "--augmentation cifar10 crops 24x24 from 32x32 images for a model of 24x24 inputs; the "
+        "model takes {} and the images are {}: none of its distortions runs",
+        model_input.to_string(), data_image.to_string());
   if (!normalization.empty())
     for (TransformSpec* spec : {&t.train, &t.eval}) {
       spec->mean = normalization.mean;
@@ -151,7 +156,19 @@ InputTransforms input_transforms(const std::string& augmentation, const Shape& m
 }
 
 std::string describe_input(const TransformSpec& spec) {
-  std::string text = spec.scale == 1 ? "pixels 0-255" : fmt::format("pixels x {:g}", spec.scale);
+  std::string text;
+  if (spec.padding > 0) text += fmt::format("pad {}, ", spec.padding);
+  if (spec.crop != Crop::none)
+    text +=
+        fmt::format("{} crop {}, ", spec.crop == Crop::random ? "random" : "central",
+                    spec.crop_height > 0 ? fmt::format("{}x{}", spec.crop_height, spec.crop_width)
+                                         : std::string("to the image's size"));
+  if (spec.random_flip) text += "flip, ";
+  if (spec.max_brightness_delta > 0)
+    text += fmt::format("brightness +-{:g}, ", spec.max_brightness_delta);
+  if (spec.min_contrast != 1 || spec.max_contrast != 1)
+    text += fmt::format("contrast x {:g} to {:g}, ", spec.min_contrast, spec.max_contrast);
+  text += spec.scale == 1 ? "pixels 0-255" : fmt::format("pixels x {:g}", spec.scale);
   if (!spec.mean.empty())
     text += fmt::format(", then (x - mean) / stddev per channel: mean ({:g}), stddev ({:g})",
                         fmt::join(spec.mean, ", "), fmt::join(spec.stddev, ", "));

@@ -49,10 +49,12 @@ class Evaluator {
 // Throws naming --augmentation for any other name.
 struct InputTransforms {
   TransformSpec train, eval;
+  std::string note;  // why an augmentation asked for does not run (else empty)
 };
 InputTransforms input_transforms(const std::string& augmentation, const Shape& model_input,
                                  const Shape& data_image, const Normalization& normalization = {});
-// "pixels x 0.00392157, then (x - mean) / stddev per channel: mean (...), stddev (...)".
+// "pad 4, random crop 32x32, flip, pixels x 0.00392157, then (x - mean) / stddev ...": every step
+// of a transform, in the order they run.
 std::string describe_input(const TransformSpec& spec);
 
 // The data set a run trains on: `data` (--data), or without it the data set of the model's recipe

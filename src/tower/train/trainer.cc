@@ -370,10 +370,7 @@ class Run {
                                             config_.unfreeze_lr_factor)
                               : "");
     fmt::print("{}\n", class_counts_line(*data_.train, !config_.class_weights.empty()));
-    fmt::print(
-        "input: {} (augmentation {}){}\n", describe_input(data_.transforms.eval),
-        config_.augmentation,
-        model_.normalization.empty() ? "" : "; the model's weights expect this normalization");
+    print_input();
     if (config_.label_smoothing > 0 || !config_.class_weights.empty())
       fmt::print("loss: cross-entropy{}{}\n",
                  config_.label_smoothing > 0
@@ -384,6 +381,25 @@ class Run {
                      : fmt::format(", class weights {} ({:.4g})", config_.class_weights,
                                    fmt::join(data_.class_weights, ", ")));
     std::fflush(stdout);
+  }
+
+  // What happens to the images: the size a folder's are brought to, and each step of the
+  // training and evaluation transforms (or why an augmentation asked for does not run).
+  void print_input() const {
+    const std::string size = data_.train->image_shape().to_string();
+    if (data_.spec.format == DatasetFormat::folder)
+      fmt::print(
+          "images: each file resized (shorter side) and centre-cropped to {} ({}; `tower "
+          "data` shows the files' sizes)\n",
+          size,
+          config_.image_size.empty() ? "the size of the recipe's data, --image_size "
+                                       "sets another"
+                                     : "--image_size");
+    fmt::print(
+        "input: {}, training: {}; evaluation: {}{}\n", size, describe_input(data_.transforms.train),
+        describe_input(data_.transforms.eval),
+        model_.normalization.empty() ? "" : " (the model's weights expect this normalization)");
+    if (!data_.transforms.note.empty()) fmt::print(stderr, "warning: {}\n", data_.transforms.note);
   }
 
   // --trace: the first trace_steps steps of this run, one file per rank.

@@ -175,7 +175,8 @@ void add_recipe_flags(CLI::App& app, Flags& flags) {
                  "| plateau:patience=3,factor=0.1 (with --eval_every; recipe)");
   app.add_option("--augmentation", c.augmentation,
                  "none | cifar10 (the classic distortions, for 24x24 crops of 32x32 images) | "
-                 "pad-crop-flip (recipe)");
+                 "pad-crop-flip | random-resized-crop (ImageNet's: crops of 7/8 of the images' "
+                 "size, a folder's decoded at 8/7 of the model's) (recipe)");
   app.add_option("--clip_norm", c.clip_norm, "Clip gradients to this global norm (0: off)");
   app.add_option("--ema_decay", c.ema_decay, "Moving average of the weights (0: off; recipe)");
   app.add_option("--label_smoothing", c.label_smoothing,

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <tuple>
 
 #include "data_test_util.h"
 
@@ -174,6 +175,73 @@ TEST(Transforms, ApplyTransformMatchesComposition) {
   EXPECT_GT(flips, 70);  // about half of 200
   EXPECT_LT(flips, 130);
   for (int count : tops) EXPECT_GT(count, 0);  // every crop offset 0..8 occurs
+}
+
+}  // namespace
+}  // namespace tower
+
+namespace tower {
+namespace {
+
+// torchvision's RandomResizedCrop rule: parts inside the image, of an area fraction and aspect
+// ratio in range, each drawn from the example's own random stream; a part that never fits falls
+// back to the central part of the nearest aspect ratio in range.
+TEST(RandomResizedCrop, RegionsFitTheirRanges) {
+  const TransformSpec spec = random_resized_crop_transform(28, 28);
+  double smallest = 1, largest = 0;
+  for (uint64_t example = 0; example < 500; ++example) {
+    const Philox rng(7, example);
+    const Region r = random_resized_region(spec, 40, 60, rng);
+    ASSERT_TRUE(r.top >= 0 && r.left >= 0 && r.top + r.height <= 40 && r.left + r.width <= 60);
+    const double area = static_cast<double>(r.height) * r.width / (40 * 60);
+    smallest = std::min(smallest, area), largest = std::max(largest, area);
+    const double ratio = static_cast<double>(r.width) / r.height;
+    EXPECT_TRUE(ratio > 0.7 && ratio < 1.45) << ratio;  // 3/4 to 4/3, up to rounding
+    const Region again = random_resized_region(spec, 40, 60, Philox(7, example));
+    EXPECT_EQ(std::tie(r.top, r.left, r.height, r.width),
+              std::tie(again.top, again.left, again.height, again.width));
+  }
+  EXPECT_LT(smallest, 0.15);
+  EXPECT_GT(largest, 0.8);
+  // A 2x100 strip: no draw fits; its central part of aspect 4/3 (2x3).
+  const Region strip = random_resized_region(spec, 2, 100, Philox(7, 0));
+  EXPECT_EQ(std::make_tuple(strip.top, strip.left, strip.height, strip.width),
+            std::make_tuple(0, 48, 2, 3));
+}
+
+// The whole image at its own size is itself; a flat image stays flat at any size (the filter's
+// weights sum to 1); a flip mirrors the result.
+TEST(RandomResizedCrop, ResizesTheRegionWithAFilterThatKeepsLevels) {
+  const Shape shape{1, 4, 6};
+  std::vector<uint8_t> pixels(24);
+  for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<uint8_t>(10 * i);
+  TransformSpec whole = random_resized_crop_transform(4, 6);
+  whole.min_area = whole.max_area = 1;
+  whole.min_ratio = whole.max_ratio = 1.5f;
+  whole.random_flip = false;
+  whole.scale = 1;
+  std::vector<float> out(24);
+  apply_transform(whole, pixels.data(), shape, Philox(1, 2), out.data());
+  for (size_t i = 0; i < out.size(); ++i) EXPECT_FLOAT_EQ(out[i], pixels[i]) << i;
+
+  const std::vector<uint8_t> flat(3 * 37 * 41, 90);
+  const TransformSpec spec = random_resized_crop_transform(32, 32);
+  std::vector<float> small(3 * 32 * 32);
+  for (uint64_t example = 0; example < 20; ++example) {
+    apply_transform(spec, flat.data(), Shape{3, 37, 41}, Philox(3, example), small.data());
+    for (float v : small) ASSERT_NEAR(v, 90 / 255.0f, 1e-5f);
+  }
+  EXPECT_EQ(transform_output_shape(spec, Shape{3, 37, 41}), (Shape{3, 32, 32}));
+
+  TransformSpec flipped = whole;
+  flipped.random_flip = true;
+  for (uint64_t example = 0; example < 8; ++example) {
+    apply_transform(flipped, pixels.data(), shape, Philox(1, example), out.data());
+    const bool mirrored = out[0] == pixels[5];
+    for (int y = 0; y < 4; ++y)
+      for (int x = 0; x < 6; ++x)
+        EXPECT_FLOAT_EQ(out[y * 6 + x], pixels[y * 6 + (mirrored ? 5 - x : x)]);
+  }
 }
 
 }  // namespace

@@ -214,7 +214,8 @@ TEST(FineTuneFromTorchvisionTest, AFolderOfPhotosToPredictions) {
   for (const char* line :
        {"resnet18's foreign names (torchvision's or timm's)", "100 of 102 variables loaded",
         "(1000, 512) (transposed)", "frozen: conv1, layer1, layer2, layer3, layer4", "thaw;",
-        "evaluation: pixels x 0.00392157, then (x - mean) / stddev per channel"})
+        "evaluation: central crop 28x28, pixels x 0.00392157, then (x - mean) / stddev per "
+        "channel"})
     EXPECT_TRUE(contains(r.output, line)) << line << "\n" << r.output;
   EXPECT_EQ(run_tower("eval --run_once --train_dir " + dir).exit_code, 0);
   auto exported = run_tower("export --train_dir " + dir + " --out " + (tmp / "m.onnx"));

@@ -187,8 +187,8 @@ ModelOutputs mobilenet_v2(const Scope& s, Value images, int num_classes, Mode mo
 
 // The ImageNet recipe of torchvision's references, per tower of 32 images: SGD with momentum
 // 0.9, lr 0.1 (ResNets) or 0.045 (MobileNetV2) per 256 images, cosine decay after 5 warm-up
-// epochs (the weight decay is the models': 1e-4, 4e-5). Its random-resized crops are not here
-// yet: images are brought to the model's size.
+// epochs (the weight decay is the models': 1e-4, 4e-5), random resized crops and flips (image
+// folders decoded at 8/7 of the size, the crops and the evaluation's central crop at 7/8 of it).
 Recipe imagenet_recipe(double epochs, float lr_per_256) {
   return Recipe{.optimizer = "momentum",
                 .momentum = 0.9f,
@@ -196,7 +196,7 @@ Recipe imagenet_recipe(double epochs, float lr_per_256) {
                 .lr_schedule = "cosine:warmup_epochs=5",
                 .batch_size = 32,
                 .epochs = epochs,
-                .augmentation = "none"};
+                .augmentation = "random-resized-crop"};
 }
 
 const Shape kImageNetInput{3, 224, 224};

@@ -135,7 +135,13 @@ InputTransforms augmentation_transforms(const std::string& augmentation, const S
   if (augmentation == "cifar10" || augmentation == "none")
     return {scale_to_unit(), scale_to_unit()};
   if (augmentation == "pad-crop-flip") return {pad_crop_flip_transform(4), scale_to_unit()};
-  fail("--augmentation '{}': expected none, cifar10 or pad-crop-flip", augmentation);
+  if (augmentation == "random-resized-crop") {
+    const int h = static_cast<int>(crop_side(data_image[1]));
+    const int w = static_cast<int>(crop_side(data_image[2]));
+    return {random_resized_crop_transform(h, w), central_crop_transform(h, w)};
+  }
+  fail("--augmentation '{}': expected none, cifar10, pad-crop-flip or random-resized-crop",
+       augmentation);
 }
 }  // namespace
 
@@ -158,7 +164,12 @@ InputTransforms input_transforms(const std::string& augmentation, const Shape& m
 std::string describe_input(const TransformSpec& spec) {
   std::string text;
   if (spec.padding > 0) text += fmt::format("pad {}, ", spec.padding);
-  if (spec.crop != Crop::none)
+  if (spec.crop == Crop::random_resized)
+    text += fmt::format(
+        "random resized crop ({:g}% to {:g}% of the area, aspect {:.3g} to {:.3g}) to {}x{}, ",
+        100 * spec.min_area, 100 * spec.max_area, spec.min_ratio, spec.max_ratio, spec.crop_height,
+        spec.crop_width);
+  else if (spec.crop != Crop::none)
     text +=
         fmt::format("{} crop {}, ", spec.crop == Crop::random ? "random" : "central",
                     spec.crop_height > 0 ? fmt::format("{}x{}", spec.crop_height, spec.crop_width)
@@ -175,6 +186,8 @@ std::string describe_input(const TransformSpec& spec) {
   if (spec.standardize) text += ", then per-image standardization";
   return text;
 }
+
+int64_t crop_side(int64_t image_side) { return std::max<int64_t>(1, (image_side * 7 + 4) / 8); }
 
 DatasetSpec run_data_spec(const DataOptions& o, const ModelDef& model) {
   std::string data = o.data;
@@ -197,6 +210,8 @@ DatasetSpec run_data_spec(const DataOptions& o, const ModelDef& model) {
   if (spec.format == DatasetFormat::folder) {
     const Shape fit = recipe_data_shape(model);
     int64_t h = fit[1], w = fit[2];
+    if (o.augmentation == "random-resized-crop")  // decoded larger, cropped to the model's size
+      h = (h * 8 + 3) / 7, w = (w * 8 + 3) / 7;
     if (o.image_size.size() == 1) h = w = o.image_size[0];
     if (o.image_size.size() == 2) h = o.image_size[0], w = o.image_size[1];
     const int64_t c = model.default_input[0];

@@ -44,6 +44,9 @@ class Evaluator {
 //                  takes 24x24 crops of 32x32 images; otherwise none
 //   pad-crop-flip  4 pixels of zero padding, a random crop back to the image size, flip, scaled
 //                  to [0, 1]; eval: scaled
+//   random-resized-crop  the ImageNet recipe's: a random resized crop to 7/8 of the images' size
+//                  (224 of 256), flip, scaled to [0, 1]; eval: the central crop of that size,
+//                  scaled (image folders are decoded at 8/7 of the model's size for it)
 //   none           scaled to [0, 1]
 // then, in both, the model's normalization (ModelDef::normalization) where it has one.
 // Throws naming --augmentation for any other name.
@@ -66,7 +69,12 @@ struct DataOptions {
   std::vector<int64_t> image_size;  // --image_size: empty, {S} or {H, W}
   double test_fraction = 0.1;
   bool skip_bad_images = false;
+  // With "random-resized-crop", a folder's images are decoded at 8/7 of the model's size without
+  // --image_size (256 for 224), so that the crops have more of each photo than they keep.
+  std::string augmentation;
 };
+// The crop size of the random-resized-crop augmentation: 7/8 of the images' side (224 of 256).
+int64_t crop_side(int64_t image_side);
 DatasetSpec run_data_spec(const DataOptions& options, const ModelDef& model);
 // The images of the data set the model's recipe is for, (C, H, W); its input without one.
 Shape recipe_data_shape(const ModelDef& model);

@@ -91,7 +91,7 @@ void apply_recipe(TrainConfig& config, const Recipe& recipe) {
 }
 
 DataOptions data_options(const TrainConfig& c) {
-  return {c.data, c.image_size, c.test_fraction, c.skip_bad_images};
+  return {c.data, c.image_size, c.test_fraction, c.skip_bad_images, c.augmentation};
 }
 
 void validate(const TrainConfig& c) {

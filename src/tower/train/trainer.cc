@@ -387,14 +387,16 @@ class Run {
   // training and evaluation transforms (or why an augmentation asked for does not run).
   void print_input() const {
     const std::string size = data_.train->image_shape().to_string();
+    const std::string why =
+        !config_.image_size.empty() ? "--image_size"
+        : config_.augmentation == "random-resized-crop"
+            ? "8/7 of the model's size, for the random resized crops; --image_size sets another"
+            : "the size of the recipe's data, --image_size sets another";
     if (data_.spec.format == DatasetFormat::folder)
       fmt::print(
           "images: each file resized (shorter side) and centre-cropped to {} ({}; `tower "
           "data` shows the files' sizes)\n",
-          size,
-          config_.image_size.empty() ? "the size of the recipe's data, --image_size "
-                                       "sets another"
-                                     : "--image_size");
+          size, why);
     fmt::print(
         "input: {}, training: {}; evaluation: {}{}\n", size, describe_input(data_.transforms.train),
         describe_input(data_.transforms.eval),

@@ -86,25 +86,30 @@ TEST(InputPipeline, RowsAreTheTransformedExamples) {
   }
 }
 
+// The TF tutorial's distortions and the random resized crops alike.
 TEST(InputPipeline, SameBatchesWhateverTheNumberOfWorkers) {
   auto data = random_dataset(100);
-  PipelineOptions options = train_options();
-  options.num_workers = 0;
-  InputPipeline reference(data, options);
-  std::vector<Batch> expected = take(reference, 20);  // 3+ epochs of 6 batches
-  for (int workers : {1, 2, 4}) {
-    for (int capacity : {1, 3}) {
-      options.num_workers = workers;
-      options.queue_capacity = capacity;
-      InputPipeline pipeline(data, options);
-      std::vector<Batch> got = take(pipeline, 20);
-      for (size_t i = 0; i < got.size(); ++i) expect_same_batch(expected[i], got[i]);
+  for (const TransformSpec& transform :
+       {cifar10_train_transform(), random_resized_crop_transform(20, 24)}) {
+    PipelineOptions options = train_options();
+    options.transform = transform;
+    options.num_workers = 0;
+    InputPipeline reference(data, options);
+    std::vector<Batch> expected = take(reference, 20);  // 3+ epochs of 6 batches
+    for (int workers : {1, 2, 4}) {
+      for (int capacity : {1, 3}) {
+        options.num_workers = workers;
+        options.queue_capacity = capacity;
+        InputPipeline pipeline(data, options);
+        std::vector<Batch> got = take(pipeline, 20);
+        for (size_t i = 0; i < got.size(); ++i) expect_same_batch(expected[i], got[i]);
+      }
     }
+    // A different seed gives different batches.
+    options.seed = 1235;
+    InputPipeline other(data, options);
+    EXPECT_NE(other.next().indices, expected[0].indices);
   }
-  // A different seed gives different batches.
-  options.seed = 1235;
-  InputPipeline other(data, options);
-  EXPECT_NE(other.next().indices, expected[0].indices);
 }
 
 TEST(InputPipeline, RestoredPositionContinuesTheSameStream) {

@@ -1,5 +1,7 @@
 #include "tower/graph/graph.h"
 
+#include <algorithm>
+
 #include "tower/graph/op_registry.h"
 
 namespace tower {
@@ -119,14 +121,15 @@ Scope Scope::with_frozen(std::vector<std::string> scopes) const {
   return s;
 }
 
+bool within_scope(const std::string& name, const std::string& scope) {
+  return name.starts_with(scope) && (name.size() == scope.size() || name[scope.size()] == '/');
+}
+
 bool Scope::frozen(const std::string& name) const {
   if (!frozen_) return false;
   const std::string full = join_name(variable_prefix_, name);
-  for (const std::string& scope : *frozen_)
-    if (full == scope || (full.size() > scope.size() && full.compare(0, scope.size(), scope) == 0 &&
-                          full[scope.size()] == '/'))
-      return true;
-  return false;
+  return std::any_of(frozen_->begin(), frozen_->end(),
+                     [&](const std::string& scope) { return within_scope(full, scope); });
 }
 
 Value Scope::get_variable(const std::string& name, Shape shape, Initializer initializer,

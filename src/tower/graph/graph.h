@@ -131,6 +131,10 @@ class Graph {
 
 // Where new nodes go: a name scope (prefix of node names), a variable scope (prefix of variable
 // names, with reuse), and a device. Scopes are cheap values; nested scopes are derived copies.
+// Whether variable `name` is `scope` or lies under it ("conv1/weights" under "conv1", not under
+// "conv").
+bool within_scope(const std::string& name, const std::string& scope);
+
 class Scope {
  public:
   explicit Scope(Graph& graph, Device device = {}) : graph_(&graph), device_(device) {}

@@ -138,11 +138,8 @@ void list_unused(const Source& source, const std::vector<std::optional<Found>>& 
     if (used.count(key)) continue;
     // A variable's raw values where its average was taken, an optimizer slot or moving average
     // of a variable, or PyTorch's batch counter.
-    const bool of_variable = std::any_of(variables.begin(), variables.end(), [&](const auto& v) {
-      return key == v.name ||
-             (key.size() > v.name.size() && key.compare(0, v.name.size(), v.name) == 0 &&
-              key[v.name.size()] == '/');
-    });
+    const bool of_variable = std::any_of(variables.begin(), variables.end(),
+                                         [&](const auto& v) { return within_scope(key, v.name); });
     if (key.ends_with("num_batches_tracked"))
       ++init.counters;
     else if (of_variable)
@@ -269,10 +266,6 @@ std::vector<InitVariable> model_variables(const ModelDef& model, const Shape& in
 
 namespace {
 std::string top_scope(const std::string& name) { return name.substr(0, name.find('/')); }
-bool under(const std::string& name, const std::string& scope) {
-  return name == scope || (name.size() > scope.size() &&
-                           name.compare(0, scope.size(), scope) == 0 && name[scope.size()] == '/');
-}
 }  // namespace
 
 std::vector<std::string> resolve_freeze(const std::string& spec,
@@ -285,7 +278,7 @@ std::vector<std::string> resolve_freeze(const std::string& spec,
   if (spec == "backbone") {
     for (const std::string& top : tops)
       if (std::none_of(variables.begin(), variables.end(),
-                       [&](const auto& v) { return v.head && under(v.name, top); }))
+                       [&](const auto& v) { return v.head && within_scope(v.name, top); }))
         scopes.push_back(top);
     if (scopes.empty()) fail("--freeze backbone: the model has no variables outside its head");
     return scopes;
@@ -298,7 +291,7 @@ std::vector<std::string> resolve_freeze(const std::string& spec,
     std::replace(scope.begin(), scope.end(), '.', '/');
     while (!scope.empty() && scope.back() == '/') scope.pop_back();
     if (scope.empty() || std::none_of(variables.begin(), variables.end(),
-                                      [&](const auto& v) { return under(v.name, scope); }))
+                                      [&](const auto& v) { return within_scope(v.name, scope); }))
       fail("--freeze '{}': no variable of the model lies under '{}' (its scopes: {}, or backbone)",
            spec, scope, fmt::join(tops, ", "));
     scopes.push_back(scope);
@@ -312,7 +305,7 @@ std::string frozen_summary(const std::vector<std::string>& scopes,
   int64_t count = 0, parameters = 0;
   for (const InitVariable& v : variables)
     if (std::any_of(scopes.begin(), scopes.end(),
-                    [&](const auto& s) { return under(v.name, s); })) {
+                    [&](const auto& s) { return within_scope(v.name, s); })) {
       ++count;
       parameters += v.shape.numel();
     }

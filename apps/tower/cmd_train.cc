@@ -246,6 +246,10 @@ void add_fine_tune_flags(CLI::App& app, Flags& flags) {
   app.add_option("--unfreeze_after_epochs", c.unfreeze_after_epochs,
                  "With --freeze: train every layer after this many epochs, at the learning rate "
                  "times --unfreeze_lr_factor (0: stay frozen)");
+  app.add_option("--dropout", c.dropout,
+                 "Every dropout layer's rate instead of the model's (timm's drop_rate; -1: the "
+                 "model's)")
+      ->capture_default_str();
   app.add_option("--unfreeze_lr_factor", c.unfreeze_lr_factor,
                  "The learning rate's factor once the frozen layers thaw")
       ->capture_default_str();

@@ -237,7 +237,12 @@ TEST_F(BadInputTest, FlagsAreCheckedUpFrontAndNamed) {
            {" --ema_decay 1.5", 1, "--ema_decay must be in [0, 1)"},
            {" --augmentation sideways", 1, "--augmentation 'sideways'"},
            {" --keep_checkpoints 0", 2, "--keep_checkpoints"},
-           {" --comm_timeout inf", 2, "--comm_timeout"}}) {
+           {" --comm_timeout inf", 2, "--comm_timeout"},
+           {" --dropout 1", 1, "--dropout must be in [0, 1) (or -1: the model's own rates), got 1"},
+           {" --init_partial", 1, "--init_partial goes with --init_from"},
+           {" --unfreeze_after_epochs 2", 1, "--unfreeze_after_epochs goes with --freeze"},
+           {" --freeze conv9", 1,
+            "--freeze 'conv9': no variable of the model lies under 'conv9'"}}) {
     SCOPED_TRACE(c.flags);
     auto r = run_tower(base + c.flags);
     EXPECT_EQ(r.exit_code, c.exit_code) << r.output;

@@ -188,8 +188,9 @@ TEST(FineTuneTest, FreezeNamesScopesOrTheBackbone) {
                        "layer2, layer3, layer4, fc, or backbone)"),
             std::string::npos)
       << error;
-  EXPECT_NE(frozen_summary({"conv1"}, variables).find("conv1 (5 variables, 9664 values)"),
+  EXPECT_NE(frozen_line({"conv1"}, variables, {}).find("frozen: conv1 (5 variables, 9664 values)"),
             std::string::npos);
+  EXPECT_EQ(frozen_line({}, variables, {}), "");
 }
 
 // A frozen scope's variables are not trainable, its batch norms run as in inference (no moving
@@ -222,6 +223,27 @@ TEST(FineTuneTest, FrozenScopesBuildNoTrainingOps) {
                          [&](const auto& n) { return n->op == op; });
   };
   EXPECT_EQ(count(whole, "Conv2DBackpropFilter") - count(graph, "Conv2DBackpropFilter"), 5);
+}
+
+}  // namespace
+}  // namespace tower
+
+namespace tower {
+namespace {
+
+// --dropout sets every dropout layer's rate (0: none is built), as timm's drop_rate.
+TEST(FineTuneTest, TheRunsDropoutReplacesTheModels) {
+  const auto dropouts = [](float rate) {
+    Graph graph;
+    const Scope scope = Scope(graph).with_dropout(rate);
+    get_model("mobilenet_v2")
+        .build(scope, scope.placeholder("images", Shape{2, 3, 32, 32}), 10, Mode::train);
+    return std::count_if(graph.nodes().begin(), graph.nodes().end(),
+                         [](const auto& n) { return n->op == "Dropout"; });
+  };
+  EXPECT_EQ(dropouts(-1), 1);  // the model's 0.2
+  EXPECT_EQ(dropouts(0), 0);
+  EXPECT_EQ(dropouts(0.5f), 1);
 }
 
 }  // namespace

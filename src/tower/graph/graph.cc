@@ -125,6 +125,12 @@ bool within_scope(const std::string& name, const std::string& scope) {
   return name.starts_with(scope) && (name.size() == scope.size() || name[scope.size()] == '/');
 }
 
+Scope Scope::with_dropout(float rate) const {
+  Scope s = *this;
+  s.dropout_ = rate;
+  return s;
+}
+
 bool Scope::frozen(const std::string& name) const {
   if (!frozen_) return false;
   const std::string full = join_name(variable_prefix_, name);

@@ -157,6 +157,10 @@ class Scope {
   Scope with_frozen(std::vector<std::string> scopes) const;
   // Whether "<variable prefix>/name" lies under a frozen scope.
   bool frozen(const std::string& name) const;
+  // Every dropout layer built under this scope drops at `rate` instead of its own (timm's
+  // drop_rate); < 0: each layer's own.
+  Scope with_dropout(float rate) const;
+  float dropout() const { return dropout_; }
 
   // TF-style get_variable: creates "<variable prefix>/name", or with reuse returns the existing
   // one (checking the shape). Creating twice without reuse, or reusing a missing variable, is an
@@ -179,6 +183,7 @@ class Scope {
   std::string variable_prefix_;
   Reuse reuse_ = Reuse::no;
   std::shared_ptr<const std::vector<std::string>> frozen_;
+  float dropout_ = -1;
 };
 
 struct PlaceholderAttrs {

@@ -133,6 +133,7 @@ Value global_avg_pool(const Scope& scope, Value x) { return ops::reduce_mean(sco
 Value flatten(const Scope& scope, Value x) { return ops::flatten(scope, x); }
 
 Value dropout(const Scope& scope, Value x, float rate, Mode mode) {
+  if (scope.dropout() >= 0) rate = scope.dropout();  // the run's --dropout
   if (!(rate >= 0.0f && rate < 1.0f)) fail("dropout rate must be in [0, 1), got {}", rate);
   if (mode == Mode::eval || rate == 0.0f) return x;
   return ops::dropout(scope, x, 1.0f - rate);

@@ -300,8 +300,9 @@ std::vector<std::string> resolve_freeze(const std::string& spec,
   return scopes;
 }
 
-std::string frozen_summary(const std::vector<std::string>& scopes,
-                           const std::vector<InitVariable>& variables) {
+std::string frozen_line(const std::vector<std::string>& scopes,
+                        const std::vector<InitVariable>& variables, const Thaw& thaw) {
+  if (scopes.empty()) return "";
   int64_t count = 0, parameters = 0;
   for (const InitVariable& v : variables)
     if (std::any_of(scopes.begin(), scopes.end(),
@@ -309,7 +310,14 @@ std::string frozen_summary(const std::vector<std::string>& scopes,
       ++count;
       parameters += v.shape.numel();
     }
-  return fmt::format("{} ({} variables, {} values)", fmt::join(scopes, ", "), count, parameters);
+  return fmt::format(
+      "frozen: {} ({} variables, {} values): no gradient, no optimizer state, no update; batch "
+      "norms among them normalize with their moving averages{}\n",
+      fmt::join(scopes, ", "), count, parameters,
+      thaw.step >= 0 ? fmt::format("; they thaw at step {} (epoch {:g}), then the learning rate "
+                                   "is x {:g}",
+                                   thaw.step, thaw.epochs, thaw.lr_factor)
+                     : "");
 }
 
 }  // namespace tower

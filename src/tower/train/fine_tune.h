@@ -65,8 +65,15 @@ std::vector<InitVariable> model_variables(const ModelDef& model, const Shape& in
 std::vector<std::string> resolve_freeze(const std::string& spec,
                                         const std::vector<InitVariable>& variables);
 
-// "conv1, layer1 (34 variables, 1.2M parameters)": what a run prints of its frozen scopes.
-std::string frozen_summary(const std::vector<std::string>& scopes,
-                           const std::vector<InitVariable>& variables);
+// When frozen scopes thaw (--unfreeze_after_epochs): step < 0, never.
+struct Thaw {
+  int64_t step = -1;
+  double epochs = 0;
+  float lr_factor = 1;
+};
+// The line a run prints of its frozen scopes ("frozen: conv1, layer1 (34 variables, 1204224
+// values): no gradient, ...; they thaw at step 94 (epoch 2), ..."); empty without any.
+std::string frozen_line(const std::vector<std::string>& scopes,
+                        const std::vector<InitVariable>& variables, const Thaw& thaw);
 
 }  // namespace tower

@@ -65,6 +65,7 @@ std::vector<std::pair<std::string, std::string>> rank_fields(const TrainConfig& 
           {"--freeze", c.freeze},
           {"--unfreeze_after_epochs", fmt::format("{}", c.unfreeze_after_epochs)},
           {"--unfreeze_lr_factor", fmt::format("{}", c.unfreeze_lr_factor)},
+          {"--dropout", fmt::format("{}", c.dropout)},
           {"--deterministic", fmt::format("{}", c.program.deterministic)},
           {"--precision", std::string(precision_name(c.program.precision))}};
 }
@@ -149,6 +150,8 @@ void validate(const TrainConfig& c) {
   if (c.unfreeze_after_epochs > 0 && c.freeze.empty())
     fail("--unfreeze_after_epochs goes with --freeze: it says when the frozen layers thaw");
   check_number("--unfreeze_lr_factor", c.unfreeze_lr_factor, 1e-6, 1e3, "a number in (0, 1000]");
+  if (!std::isfinite(c.dropout) || c.dropout >= 1 || (c.dropout < 0 && c.dropout != -1))
+    fail("--dropout must be in [0, 1) (or -1: the model's own rates), got {}", c.dropout);
   validate(c.optimizer);
 }
 

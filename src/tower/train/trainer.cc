@@ -257,7 +257,8 @@ class Run {
     const TowerLoss loss{.bn_momentum = config_.bn_momentum,
                          .target = {.label_smoothing = config_.label_smoothing,
                                     .class_weights = data_.class_weights},
-                         .frozen = frozen ? frozen_ : std::vector<std::string>{}};
+                         .frozen = frozen ? frozen_ : std::vector<std::string>{},
+                         .dropout = config_.dropout};
     std::unique_ptr<DataParallel> towers =
         build_towers(model_, pipeline_->image_shape(), plan_.batches.local,
                      data_.train->num_classes, options, loss);
@@ -358,17 +359,12 @@ class Run {
     fmt::print("schedule: {} lr {:g}, {}{}\n", config_.optimizer.name, config_.lr, lr_schedule_,
                schedule_note_);
     if (!batch_norm_note_.empty()) fmt::print("{}\n", batch_norm_note_);
+    if (config_.dropout >= 0)
+      fmt::print("dropout: {:g} in every dropout layer (--dropout)\n", config_.dropout);
     if (init_) fmt::print("{}", init_->report(variables_.size()));
-    if (!frozen_.empty())
-      fmt::print(
-          "frozen: {}: no gradient, no optimizer state, no update; batch norms among them "
-          "normalize with their moving averages{}\n",
-          frozen_summary(frozen_, variables_),
-          unfreeze_step_ >= 0 ? fmt::format("; they thaw at step {} (epoch {:g}), then the "
-                                            "learning rate is x {:g}",
-                                            unfreeze_step_, config_.unfreeze_after_epochs,
-                                            config_.unfreeze_lr_factor)
-                              : "");
+    fmt::print("{}", frozen_line(frozen_, variables_,
+                                 {unfreeze_step_, config_.unfreeze_after_epochs,
+                                  config_.unfreeze_lr_factor}));
     fmt::print("{}\n", class_counts_line(*data_.train, !config_.class_weights.empty()));
     print_input();
     if (config_.label_smoothing > 0 || !config_.class_weights.empty())
@@ -574,7 +570,8 @@ std::unique_ptr<DataParallel> build_towers(const ModelDef& model, const Shape& e
                                            const TowerLoss& tower_loss) {
   TowerFn tower_fn = [&model, num_classes, tower_loss](const Scope& scope, Value images,
                                                        Value labels) {
-    const Scope built = tower_loss.frozen.empty() ? scope : scope.with_frozen(tower_loss.frozen);
+    const Scope built = (tower_loss.frozen.empty() ? scope : scope.with_frozen(tower_loss.frozen))
+                            .with_dropout(tower_loss.dropout);
     ModelOutputs out = model.build(built, images, num_classes, Mode::train);
     if (tower_loss.bn_momentum > 0)
       ops::set_moving_average_decay(out.updates, tower_loss.bn_momentum);

@@ -90,7 +90,8 @@ struct TrainConfig {
   std::string freeze;
   double unfreeze_after_epochs = 0;
   float unfreeze_lr_factor = 0.1f;
-  bool summaries = true;      // TensorBoard event files
+  float dropout = -1;     // every dropout layer's rate, as timm's drop_rate; < 0: the model's own
+  bool summaries = true;  // TensorBoard event files
   double comm_timeout = 300;  // seconds a rank waits for the others before the job stops
   std::string trace_file;     // a Chrome/Perfetto trace of the first trace_steps steps
   int64_t trace_steps = 10;
@@ -126,6 +127,7 @@ struct TowerLoss {
   float bn_momentum = 0;
   ops::SoftmaxCrossEntropyAttrs target;
   std::vector<std::string> frozen;
+  float dropout = -1;  // every dropout layer's rate (--dropout); < 0: the model's
 };
 std::unique_ptr<DataParallel> build_towers(const ModelDef& model, const Shape& example_shape,
                                            int64_t batch, int num_classes,

@@ -12,6 +12,7 @@
 #include "io/python_env.h"
 #include "testing/checkpoints.h"
 #include "testing/files.h"
+#include "testing/model_files.h"
 #include "testing/subprocess.h"
 #include "testing/tmp_dir.h"
 #include "tower/core/sha256.h"
@@ -26,16 +27,6 @@ using testing::contains;
 using testing::run_tower;
 using testing::TmpDir;
 
-constexpr const char* kModel = R"({
-  "name": "small_ft", "input": [3, 32, 32],
-  "layers": [
-    {"type": "conv_bn", "name": "conv0", "filters": 8, "stride": 2, "activation": "relu"},
-    {"type": "residual", "name": "block1", "filters": 8},
-    {"type": "global_avg_pool"},
-    {"type": "dense", "name": "logits", "units": "num_classes"}
-  ]
-})";
-
 class FineTuneCliTest : public ::testing::Test {
  protected:
   // A 10-class set, a 100-class one, and a checkpoint trained on the first (with averages).
@@ -48,7 +39,7 @@ class FineTuneCliTest : public ::testing::Test {
                                 format, *tmp_ / format));
       ASSERT_EQ(r.exit_code, 0) << r.output;
     }
-    testing::write_file(*tmp_ / "small_ft.json", kModel);
+    testing::write_file(*tmp_ / "small_ft.json", testing::small_bn_model("small_ft"));
     auto r = run_tower(flags("cifar10", *tmp_ / "pretrained", 10, "--ema_decay 0.9"));
     ASSERT_EQ(r.exit_code, 0) << r.output;
   }

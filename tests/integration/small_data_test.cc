@@ -10,6 +10,7 @@
 
 #include "testing/checkpoints.h"
 #include "testing/files.h"
+#include "testing/model_files.h"
 #include "testing/subprocess.h"
 #include "testing/tmp_dir.h"
 #include "tower/io/checkpoint.h"
@@ -42,16 +43,6 @@ nlohmann::json expect_same_end(const std::string& a, const std::string& b) {
   return state_of(a, last)["progress"];
 }
 
-constexpr const char* kModel = R"({
-  "name": "small_bn", "input": [3, 32, 32],
-  "layers": [
-    {"type": "conv_bn", "name": "conv0", "filters": 8, "stride": 2, "activation": "relu"},
-    {"type": "residual", "name": "block1", "filters": 8},
-    {"type": "global_avg_pool"},
-    {"type": "dense", "name": "logits", "units": "num_classes"}
-  ]
-})";
-
 class SmallDataTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -59,7 +50,7 @@ class SmallDataTest : public ::testing::Test {
     auto r = run_tower("make-dataset --format cifar10 --out " + (*tmp_ / "data") +
                        " --num_train 240 --num_test 60 --seed 5");
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    testing::write_file(*tmp_ / "small_bn.json", kModel);
+    testing::write_file(*tmp_ / "small_bn.json", testing::small_bn_model("small_bn"));
   }
   static void TearDownTestSuite() { delete tmp_; }
   static std::string flags(const std::string& dir, int steps, const std::string& more = "") {

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <set>
 
+#include "testing/errors.h"
 #include "testing/tmp_dir.h"
 #include "tower/core/error.h"
 #include "tower/core/sha256.h"
@@ -18,6 +19,7 @@
 namespace tower {
 namespace {
 
+using testing::error_of;
 using testing::TmpDir;
 
 const Shape kInput{3, 32, 32};  // the variables' shapes do not depend on the image size
@@ -64,15 +66,6 @@ void write(const std::string& path, const std::map<std::string, Tensor>& tensors
 bool same(const Tensor& a, const Tensor& b) {
   return a.shape() == b.shape() &&
          std::equal(a.data<float>(), a.data<float>() + a.numel(), b.data<float>());
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 // torchvision's names (and timm's, for MobileNetV2) reach every variable, each value lands where

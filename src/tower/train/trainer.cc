@@ -365,6 +365,11 @@ class Run {
     fmt::print("{}", frozen_line(frozen_, variables_,
                                  {unfreeze_step_, config_.unfreeze_after_epochs,
                                   config_.unfreeze_lr_factor}));
+    if (unfreeze_step_ >= total_steps_)
+      fmt::print(stderr,
+                 "warning: --unfreeze_after_epochs {:g} is step {}, past the run's {}: the "
+                 "frozen layers stay frozen\n",
+                 config_.unfreeze_after_epochs, unfreeze_step_, total_steps_);
     fmt::print("{}\n", class_counts_line(*data_.train, !config_.class_weights.empty()));
     print_input();
     if (config_.label_smoothing > 0 || !config_.class_weights.empty())

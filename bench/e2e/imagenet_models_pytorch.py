@@ -3,7 +3,7 @@ path on CPU), timed like `tower bench`: prints one JSON line (images_per_sec = m
 windows after warm-up; peak_rss_mb). Training is forward, backward and SGD with momentum 0.9.
 
 usage: imagenet_models_pytorch.py --model M --threads T --mode train|infer [--batch_size 32]
-       [--image_size 224]
+       [--image_size 224] [--precision fp32|bf16 (CPU autocast)]
 """
 import torch
 import torch.nn.functional as F
@@ -30,13 +30,17 @@ def main():
     y = torch.arange(a.batch_size) % a.classes
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
+    bf16 = a.precision == "bf16"
+
     def train_step():
         opt.zero_grad(set_to_none=True)
-        F.cross_entropy(model(x), y).backward()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = F.cross_entropy(model(x), y)
+        loss.backward()
         opt.step()
 
     def infer_step():
-        with torch.no_grad():
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             model(x)
 
     step = train_step if a.mode == "train" else infer_step

@@ -25,6 +25,8 @@ def main():
     tf.config.threading.set_intra_op_parallelism_threads(a.threads)
     tf.config.threading.set_inter_op_parallelism_threads(1)
     tf.random.set_seed(0)
+    if a.precision == "bf16":
+        tf.keras.mixed_precision.set_global_policy("mixed_bfloat16")
     build = getattr(tf.keras.applications, MODELS[a.model])
     model = build(weights=None, classes=a.classes,
                   input_shape=(a.image_size, a.image_size, 3))

@@ -9,7 +9,8 @@
 #
 #   bench/e2e/imagenet_models_vs_pytorch.sh
 #   MODELS="resnet18 resnet50 mobilenet_v2" THREADS="2" MODES="train infer" IMAGE_SIZE=224
-#   ROUNDS=1 STEPS=3 WINDOWS=3
+#   ROUNDS=1 STEPS=3 WINDOWS=3 PRECISION=fp32 (bf16: tower's --precision bf16, PyTorch's CPU
+#   autocast, Keras's mixed_bfloat16)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 TOWER=${TOWER:-build/bin/tower}
@@ -21,11 +22,12 @@ size=${IMAGE_SIZE:-224}
 steps=${STEPS:-3}
 windows=${WINDOWS:-3}
 rounds=${ROUNDS:-1}
+precision=${PRECISION:-fp32}
 
 field() { python3 -c "import json,sys; print(json.loads(sys.argv[1])['$2'])" "$1"; }
 median() { python3 -c 'import statistics, sys; print(statistics.median(map(float, sys.argv[1:])))' "$@"; }
 
-echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); ${size}x${size}, batch 32, fp32"
+echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); ${size}x${size}, batch 32, $precision"
 echo "| model | mode | threads | tower img/s | PyTorch img/s | tower / PyTorch | TF img/s | tower / TF | tower MB | PyTorch MB | TF MB |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|"
 for model in ${MODELS:-resnet18 resnet50 mobilenet_v2}; do
@@ -35,9 +37,10 @@ for model in ${MODELS:-resnet18 resnet50 mobilenet_v2}; do
       for ((r = 0; r < rounds; ++r)); do
         t=$($TOWER bench --model "$model" --mode "$mode" --threads "$threads" \
           --global_batch_size 32 --optimizer momentum --image_size "$size" \
-          --steps "$steps" --windows "$windows" 2>/dev/null | tail -1)
+          --steps "$steps" --windows "$windows" --precision "$precision" 2>/dev/null | tail -1)
         p=$($PY bench/e2e/imagenet_models_pytorch.py --model "$model" --mode "$mode" \
-          --threads "$threads" --image_size "$size" --classes 10 --steps "$steps" --windows "$windows" | tail -1)
+          --threads "$threads" --image_size "$size" --classes 10 --steps "$steps" --windows "$windows" \
+          --precision "$precision" | tail -1)
         echo "# tower:   $t" >&2
         echo "# pytorch: $p" >&2
         a+=("$(field "$t" images_per_sec)")
@@ -46,7 +49,8 @@ for model in ${MODELS:-resnet18 resnet50 mobilenet_v2}; do
         bm=$(field "$p" peak_rss_mb)
         if [ -n "$TFPY" ] && [ "$model" != resnet18 ] && [ "$model" != resnet34 ]; then
           k=$($TFPY bench/e2e/imagenet_models_tensorflow.py --model "$model" --mode "$mode" \
-            --threads "$threads" --image_size "$size" --steps "$steps" --windows "$windows" |
+            --threads "$threads" --image_size "$size" --steps "$steps" --windows "$windows" \
+            --precision "$precision" |
             tail -1)
           echo "# tensorflow: $k" >&2
           c+=("$(field "$k" images_per_sec)")

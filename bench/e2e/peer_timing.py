@@ -17,6 +17,9 @@ def parse_flags(classes=10):
     p.add_argument("--classes", type=int, default=classes)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--windows", type=int, default=3)
+    # bf16: each framework's own mixed precision (PyTorch's CPU autocast, Keras's
+    # mixed_bfloat16), weights kept in fp32, as tower's --precision bf16.
+    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     return p.parse_args()
 
 
@@ -34,6 +37,7 @@ def report(flags, peer, step, finish=lambda result: None, **extra):
         windows.append((time.perf_counter() - t0) / flags.steps)
     sec = statistics.median(windows)
     print(json.dumps({"peer": peer, "model": flags.model, "mode": flags.mode,
-                      "threads": flags.threads, "batch_size": flags.batch_size, **extra,
+                      "threads": flags.threads, "batch_size": flags.batch_size,
+                      "precision": flags.precision, **extra,
                       "images_per_sec": flags.batch_size / sec,
                       "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))

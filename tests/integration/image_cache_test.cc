@@ -54,8 +54,8 @@ TEST(ImageCacheTest, DataTrainAndEvalShareOneTrustedCache) {
   // The run says what happens to the images: their size, and why the recipe's augmentation
   // (resnet20's pad-crop-flip) runs as it does.
   for (const char* line :
-       {"images: each file resized (shorter side) and centre-cropped to (3, 32, "
-        "32) (the size of the recipe's data",
+       {"images: files of 32x32 to 32x32 pixels (median 32x32), each resized (shorter side) "
+        "and centre-cropped to (3, 32, 32) (the size of the recipe's data",
         "training: pad 4, random crop to the image's size, flip, pixels x 0.00392157; "
         "evaluation: pixels x 0.00392157"})
     EXPECT_TRUE(contains(trained.output, line)) << line << "\n" << trained.output;

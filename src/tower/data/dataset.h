@@ -22,6 +22,7 @@ struct Dataset {
   int num_classes = 0;
   std::vector<std::string> class_names{};  // num_classes names ("0", "1", ... where none are known)
   std::shared_ptr<const void> backing{};   // what images and labels point into (a mapped cache)
+  std::string origin{};  // what the images were made from ("files of 53x57 to 108x125 pixels ...")
 
   int64_t size() const { return images.shape().rank() > 0 ? images.shape()[0] : 0; }
   Shape image_shape() const;  // (C, H, W)

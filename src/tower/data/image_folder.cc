@@ -76,7 +76,8 @@ std::vector<FolderEntry> list_classes(const fs::path& root, const fs::path& base
 
 // The cache file's layout (little-endian; docs/data.md): a 64-byte header, the class names, the
 // bad images left out (why each is bad), the labels (i32) from a 64-byte boundary, a CRC-32C of
-// each image from the next one, then the pixels (u8, N x C x H x W) from the next one.
+// each image from the next one, each image's file size (width, height: u32 each) from the next,
+// then the pixels (u8, N x C x H x W) from the next one.
 struct CacheHeader {
   char magic[8];  // "TOWERIMG"
   uint32_t version;
@@ -98,13 +99,14 @@ size_t align64(size_t n) { return (n + 63) / 64 * 64; }
 
 // Where the parts of a cache of `h` lie.
 struct CacheLayout {
-  size_t labels, crcs, pixels, end;
+  size_t labels, crcs, sizes, pixels, end;
 };
 CacheLayout cache_layout(const CacheHeader& h) {
   CacheLayout l;
   l.labels = align64(sizeof h + h.names_bytes + h.bad_bytes);
   l.crcs = align64(l.labels + h.count * 4);
-  l.pixels = align64(l.crcs + h.count * 4);
+  l.sizes = align64(l.crcs + h.count * 4);
+  l.pixels = align64(l.sizes + h.count * 8);
   l.end = l.pixels + h.count * h.channels * h.height * h.width;
   return l;
 }
@@ -151,7 +153,21 @@ uint64_t cache_key(const std::vector<FolderEntry>& entries, const FolderOptions&
 struct Decoded {
   Dataset data;
   std::vector<std::string> bad;
+  std::vector<uint32_t> sizes;  // each kept image's file size: width, height
 };
+
+// "files of 53x57 to 108x125 pixels (median 99x77)": the sizes by area.
+std::string describe_sizes(const std::vector<uint32_t>& sizes) {
+  if (sizes.size() < 2) return "";
+  std::vector<std::pair<uint32_t, uint32_t>> wh;
+  for (size_t i = 0; i + 1 < sizes.size(); i += 2) wh.emplace_back(sizes[i], sizes[i + 1]);
+  std::sort(wh.begin(), wh.end(), [](const auto& a, const auto& b) {
+    return uint64_t{a.first} * a.second < uint64_t{b.first} * b.second;
+  });
+  const auto show = [](const auto& s) { return fmt::format("{}x{}", s.first, s.second); };
+  return fmt::format("files of {} to {} pixels (median {})", show(wh.front()), show(wh.back()),
+                     show(wh[wh.size() / 2]));
+}
 
 // The first of the kept images whose pixels fail their checksum, or -1.
 int64_t failing_image(const uint8_t* pixels, const uint8_t* crcs, int64_t n, size_t image_bytes) {
@@ -223,6 +239,8 @@ std::optional<Decoded> map_cache(const std::string& file, uint64_t key, const Sh
     return std::nullopt;
   }
   Decoded d{.bad = std::move(*bad)};
+  d.sizes.resize(static_cast<size_t>(n) * 2);
+  std::memcpy(d.sizes.data(), base + l.sizes, d.sizes.size() * 4);
   d.data.class_names = std::move(*names);
   d.data.num_classes = static_cast<int>(h.num_classes);
   d.data.labels = Tensor::wrap(const_cast<uint8_t*>(base + l.labels), Shape{n}, DType::i32);
@@ -284,6 +302,7 @@ void write_cache(const std::string& file, uint64_t key, const Decoded& decoded, 
     put(bad.data(), bad.size(), at);
     put(d.labels.raw_data(), d.labels.nbytes(), l.labels);
     put(crcs.data(), crcs.size() * 4, l.crcs);
+    put(decoded.sizes.data(), decoded.sizes.size() * 4, l.sizes);
     put(d.images.raw_data(), d.images.nbytes(), l.pixels);
     out.flush();
     if (!out) {
@@ -331,6 +350,7 @@ Decoded decode_entries(const std::string& dir, const std::string& what,
   Tensor all(Shape{n, shape[0], shape[1], shape[2]}, DType::u8);  // decoded in place
   uint8_t* pixels = all.data<uint8_t>();
   std::vector<std::string> errors(static_cast<size_t>(n));
+  std::vector<uint32_t> sizes(static_cast<size_t>(2 * n), 0);
   std::atomic<int64_t> next{0}, done{0};
   const auto start = std::chrono::steady_clock::now();
   auto work = [&] {
@@ -338,8 +358,11 @@ Decoded decode_entries(const std::string& dir, const std::string& what,
       const FolderEntry& e = entries[static_cast<size_t>(i)];
       const std::string file = (fs::path(dir) / e.path).string();
       try {
-        decode_to_size(read_small_file(file, e.bytes), file, shape[0], shape[1], shape[2],
-                       pixels + i * image_bytes);
+        const std::span<const uint8_t> bytes = read_small_file(file, e.bytes);
+        const ImageInfo info = image_info(bytes, file);
+        sizes[static_cast<size_t>(2 * i)] = static_cast<uint32_t>(info.width);
+        sizes[static_cast<size_t>(2 * i + 1)] = static_cast<uint32_t>(info.height);
+        decode_to_size(bytes, file, shape[0], shape[1], shape[2], pixels + i * image_bytes);
       } catch (const std::exception& err) {
         errors[static_cast<size_t>(i)] = err.what();
       }
@@ -390,6 +413,8 @@ Decoded decode_entries(const std::string& dir, const std::string& what,
       std::memcpy(d.images.data<uint8_t>() + k * image_bytes, pixels + i * image_bytes,
                   static_cast<size_t>(image_bytes));
     d.labels.data<int32_t>()[k++] = entries[static_cast<size_t>(i)].label;
+    decoded.sizes.push_back(sizes[static_cast<size_t>(2 * i)]);
+    decoded.sizes.push_back(sizes[static_cast<size_t>(2 * i + 1)]);
   }
   return decoded;
 }
@@ -460,6 +485,7 @@ Dataset read_image_folder(const std::string& dir, Split split, const FolderOptio
   if (!bad.empty() && o.report)
     fmt::print(stderr, "warning: skipped {} bad image{} of {} (--skip_bad_images), the first: {}\n",
                bad.size(), bad.size() == 1 ? "" : "s", what, bad[0]);
+  cached->data.origin = describe_sizes(cached->sizes);
   return std::move(cached->data);
 }
 

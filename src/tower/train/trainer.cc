@@ -394,10 +394,8 @@ class Run {
             ? "8/7 of the model's size, for the random resized crops; --image_size sets another"
             : "the size of the recipe's data, --image_size sets another";
     if (data_.spec.format == DatasetFormat::folder)
-      fmt::print(
-          "images: each file resized (shorter side) and centre-cropped to {} ({}; `tower "
-          "data` shows the files' sizes)\n",
-          size, why);
+      fmt::print("images: {}, each resized (shorter side) and centre-cropped to {} ({})\n",
+                 data_.train->origin, size, why);
     fmt::print(
         "input: {}, training: {}; evaluation: {}{}\n", size, describe_input(data_.transforms.train),
         describe_input(data_.transforms.eval),

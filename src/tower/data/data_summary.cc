@@ -47,13 +47,7 @@ std::string file_sizes(const std::string& dir, const FolderListing& listing) {
       }
     }
   if (sizes.empty()) return "  no readable image\n";
-  std::sort(sizes.begin(), sizes.end(),
-            [](const auto& a, const auto& b) { return a.first * a.second < b.first * b.second; });
-  const auto show = [](const std::pair<int64_t, int64_t>& s) {
-    return fmt::format("{}x{}", s.first, s.second);
-  };
-  std::string text = fmt::format("  files: {} to {} pixels (median {}), ", show(sizes.front()),
-                                 show(sizes.back()), show(sizes[sizes.size() / 2]));
+  std::string text = fmt::format("  files: {}, ", size_range(std::move(sizes)));
   for (const auto& [format, n] : formats) text += fmt::format("{} {}, ", n, format);
   text.resize(text.size() - 2);
   if (unreadable > 0) text += fmt::format("; {} without a readable header", unreadable);

@@ -158,15 +158,9 @@ struct Decoded {
 
 // "files of 53x57 to 108x125 pixels (median 99x77)": the sizes by area.
 std::string describe_sizes(const std::vector<uint32_t>& sizes) {
-  if (sizes.size() < 2) return "";
-  std::vector<std::pair<uint32_t, uint32_t>> wh;
+  std::vector<std::pair<int64_t, int64_t>> wh;
   for (size_t i = 0; i + 1 < sizes.size(); i += 2) wh.emplace_back(sizes[i], sizes[i + 1]);
-  std::sort(wh.begin(), wh.end(), [](const auto& a, const auto& b) {
-    return uint64_t{a.first} * a.second < uint64_t{b.first} * b.second;
-  });
-  const auto show = [](const auto& s) { return fmt::format("{}x{}", s.first, s.second); };
-  return fmt::format("files of {} to {} pixels (median {})", show(wh.front()), show(wh.back()),
-                     show(wh[wh.size() / 2]));
+  return wh.empty() ? "" : "files of " + size_range(std::move(wh));
 }
 
 // The first of the kept images whose pixels fail their checksum, or -1.
@@ -420,6 +414,15 @@ Decoded decode_entries(const std::string& dir, const std::string& what,
 }
 
 }  // namespace
+
+std::string size_range(std::vector<std::pair<int64_t, int64_t>> sizes) {
+  if (sizes.empty()) return "";
+  std::sort(sizes.begin(), sizes.end(),
+            [](const auto& a, const auto& b) { return a.first * a.second < b.first * b.second; });
+  const auto show = [](const auto& s) { return fmt::format("{}x{}", s.first, s.second); };
+  return fmt::format("{} to {} pixels (median {})", show(sizes.front()), show(sizes.back()),
+                     show(sizes[sizes.size() / 2]));
+}
 
 FolderListing list_image_folder(const std::string& dir, double test_fraction) {
   const fs::path root(dir);

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tower/data/dataset.h"
@@ -43,6 +44,10 @@ struct FolderListing {
 // Lists DIR as described above; an empty class folder, a single class or a missing folder is an
 // error naming it.
 FolderListing list_image_folder(const std::string& dir, double test_fraction);
+
+// "53x57 to 108x125 pixels (median 99x77)": image sizes (width, height), smallest, largest and
+// median by area; empty for none.
+std::string size_range(std::vector<std::pair<int64_t, int64_t>> sizes);
 
 // The split of DIR, from the cache when it matches, else decoded (and cached).
 Dataset read_image_folder(const std::string& dir, Split split, const FolderOptions& options);

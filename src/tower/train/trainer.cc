@@ -228,6 +228,8 @@ class Run {
 
   // The model's variables (which are its head), the frozen scopes and the step they thaw at.
   void plan_fine_tune() {
+    if (config_.init_from.empty() && config_.freeze.empty())
+      return;  // model_variables builds twice
     const Shape example =
         transform_output_shape(data_.transforms.train, data_.train->image_shape());
     variables_ = model_variables(model_, example, data_.train->num_classes);
